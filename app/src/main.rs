@@ -1,0 +1,132 @@
+//! `steward`: parses the command line, resolves paths once, holds the log guard,
+//! opens the store and dispatches to one file per subcommand.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod commands;
+mod logging;
+mod paths;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use steward_engine::clock::{SharedClock, SystemClock};
+use steward_engine::config::Config;
+use steward_engine::store::Store;
+
+use paths::Paths;
+
+/// Exit codes (INTERFACE.md).
+mod exit {
+    pub const FAILURE: u8 = 1;
+    pub const REFUSED: u8 = 3;
+    pub const BUSY: u8 = 4;
+}
+
+/// Steward: a crash-safe local agent runtime.
+///
+/// Every session execution holds a lease in one SQLite file. After a crash, the next
+/// launch reconciles what was interrupted, never runs a tool or provider call twice,
+/// and carries the agent on.
+#[derive(Debug, Parser)]
+#[command(name = "steward", version)]
+struct Cli {
+    /// Where the database, owner locks and (with this flag) logs live.
+    #[arg(long, env = "STEWARD_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The TOML config file (default: <config dir>/config.toml; missing = defaults).
+    #[arg(long, env = "STEWARD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The provider: `scripted` (built in, offline) or `openai`.
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// The model name sent to the provider.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// The scripted provider's TOML script (default: the built-in demo).
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check integrity, schema version, and that every projection equals a replay of
+    /// its event log. Never recovers or runs anything.
+    Doctor {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _failpoints = steward_engine::failpoint::setup();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("steward: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+fn exit_code(error: &anyhow::Error) -> u8 {
+    use steward_engine::Error;
+    match error.downcast_ref::<Error>() {
+        Some(Error::DatabaseRefused { .. }) => exit::REFUSED,
+        Some(Error::SessionBusy { .. }) => exit::BUSY,
+        _ => exit::FAILURE,
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let paths = Paths::resolve(cli.data_dir.clone(), cli.config.clone())?;
+    let config = load_config(&paths, &cli)?;
+    let clock: SharedClock = SystemClock::shared();
+    let Some(command) = cli.command else {
+        bail!("the terminal interface is not part of this build yet; see `steward --help`");
+    };
+    let store = open_store(&paths, clock.as_ref())?;
+    let _log_guard = logging::init(&paths.logs);
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), data_dir = %paths.data_dir.display(), "steward started");
+    let _ = &config;
+    match command {
+        Command::Doctor { json } => commands::doctor::run(&store, json),
+    }
+}
+
+fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
+    let mut config = match std::fs::read_to_string(&paths.config) {
+        Ok(text) => Config::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("config {}: {e}", paths.config.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !paths.config_named => {
+            Config::default()
+        }
+        Err(e) => bail!("cannot read config {}: {e}", paths.config.display()),
+    };
+    if let Some(name) = &cli.provider {
+        config.provider.name = name.clone();
+    }
+    if let Some(model) = &cli.model {
+        config.provider.model = Some(model.clone());
+    }
+    if let Some(script) = &cli.script {
+        config.provider.script = Some(script.clone());
+    }
+    Ok(config)
+}
+
+/// Opens (creating and migrating when absent) the database.
+fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result<Store> {
+    if !paths.data_dir.exists() {
+        std::fs::create_dir_all(&paths.data_dir).with_context(|| {
+            format!("cannot create data directory {}", paths.data_dir.display())
+        })?;
+    }
+    Ok(Store::open(&paths.database, clock)?)
+}

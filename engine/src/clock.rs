@@ -1,0 +1,136 @@
+//! Time, injected. The only place that reads the system's wall clock.
+//!
+//! Leases use wall-clock milliseconds since the Unix epoch (SPEC §2.1, §4.10); the
+//! owner's self-fence uses a monotonic reading (§4.4a). Both come from a [`Clock`] so
+//! tests drive them with a [`ManualClock`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A source of wall and monotonic time.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Wall-clock milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+    /// Monotonic time since an arbitrary fixed origin; never goes backwards.
+    fn monotonic(&self) -> Duration;
+}
+
+/// A shared clock handle.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// The real clocks of this machine.
+#[derive(Debug)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    pub fn new() -> Self {
+        SystemClock {
+            origin: Instant::now(),
+        }
+    }
+
+    /// A shared handle to a new system clock.
+    pub fn shared() -> SharedClock {
+        Arc::new(SystemClock::new())
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one sanctioned read of the wall clock
+    fn now_ms(&self) -> i64 {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// A clock that moves only when told to. `advance` moves wall and monotonic time
+/// together; `jump_wall` moves wall time alone, like a clock change or a suspended
+/// laptop (SPEC §4.10).
+#[derive(Debug)]
+pub struct ManualClock {
+    wall_ms: AtomicI64,
+    monotonic_ns: AtomicU64,
+}
+
+impl ManualClock {
+    pub fn new(wall_ms: i64) -> Self {
+        ManualClock {
+            wall_ms: AtomicI64::new(wall_ms),
+            monotonic_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// A shared handle, for code that takes a [`SharedClock`].
+    pub fn shared(wall_ms: i64) -> Arc<ManualClock> {
+        Arc::new(ManualClock::new(wall_ms))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.wall_ms.fetch_add(ms, Ordering::SeqCst);
+        let ns = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.monotonic_ns.fetch_add(ns, Ordering::SeqCst);
+    }
+
+    pub fn advance_ms(&self, ms: u64) {
+        self.advance(Duration::from_millis(ms));
+    }
+
+    /// Moves the wall clock by `delta_ms` (either way) without moving monotonic time.
+    pub fn jump_wall(&self, delta_ms: i64) {
+        self.wall_ms.fetch_add(delta_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.wall_ms.load(Ordering::SeqCst)
+    }
+
+    fn monotonic(&self) -> Duration {
+        Duration::from_nanos(self.monotonic_ns.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(1_000);
+        assert_eq!(clock.now_ms(), 1_000);
+        assert_eq!(clock.monotonic(), Duration::ZERO);
+        clock.advance_ms(250);
+        assert_eq!(
+            (clock.now_ms(), clock.monotonic()),
+            (1_250, Duration::from_millis(250))
+        );
+        clock.jump_wall(-3_600_000);
+        assert_eq!(clock.now_ms(), 1_250 - 3_600_000);
+        assert_eq!(clock.monotonic(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn system_clock_reads_a_plausible_wall_time() {
+        let clock = SystemClock::new();
+        // 2020-01-01 in ms; any machine running this is later than that.
+        assert!(clock.now_ms() > 1_577_836_800_000);
+    }
+}

@@ -1,0 +1,174 @@
+//! Settings, read from TOML by the binary (`config.toml`) and passed in whole.
+//! Unknown keys are errors that name the key: a typo must never be silently ignored.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The whole configuration. Every section and key is optional.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub provider: ProviderConfig,
+    pub tools: ToolsConfig,
+    pub lease: LeaseConfig,
+    pub recovery: RecoveryConfig,
+    pub compaction: CompactionConfig,
+}
+
+impl Config {
+    /// Parses TOML text; errors name the offending key and its line.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))
+    }
+}
+
+/// `[provider]`: which model answers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// `scripted` (built in, offline) or `openai` (any OpenAI-compatible server).
+    pub name: String,
+    /// The scripted provider's TOML script; the built-in demo when unset.
+    pub script: Option<PathBuf>,
+    /// `openai`: the API root, e.g. `http://127.0.0.1:11434/v1`.
+    pub base_url: String,
+    pub model: Option<String>,
+    /// `openai`: the environment variable holding the API key, if any.
+    pub api_key_env: Option<String>,
+    /// `openai`: attempts for 429/5xx before the step fails.
+    pub max_attempts: u32,
+    /// `openai`: per-request timeout for the first byte, in milliseconds.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            name: "scripted".into(),
+            script: None,
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            model: None,
+            api_key_env: None,
+            max_attempts: 4,
+            request_timeout_ms: 120_000,
+        }
+    }
+}
+
+/// `[tools]`: what tools may do without asking.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Tools that run without asking; others ask (TUI, ACP) or are denied (headless
+    /// `run` without `--yes`).
+    pub allow: Vec<String>,
+    /// `run_command`'s default timeout.
+    pub command_timeout_ms: u64,
+    /// The most output bytes a tool result keeps.
+    pub output_limit_bytes: usize,
+    /// Grace between SIGTERM and SIGKILL when a command is stopped.
+    pub kill_grace_ms: u64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            allow: vec!["read_file".into(), "list_dir".into()],
+            command_timeout_ms: 120_000,
+            output_limit_bytes: 64 * 1024,
+            kill_grace_ms: 2_000,
+        }
+    }
+}
+
+/// `[lease]` (SPEC §4.1).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    pub lease_ms: u64,
+    /// Defaults to `lease_ms / 3`.
+    pub heartbeat_ms: Option<u64>,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            lease_ms: 30_000,
+            heartbeat_ms: None,
+        }
+    }
+}
+
+impl LeaseConfig {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms.unwrap_or(self.lease_ms / 3).max(1))
+    }
+}
+
+/// `[recovery]` (SPEC §5.9).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// Continue recovered sessions on their own; `false` leaves the wakes for the user.
+    pub auto_continue: bool,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            auto_continue: true,
+        }
+    }
+}
+
+/// `[compaction]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// Estimated tokens (about four characters each) above which the transcript is
+    /// summarised before the next provider step.
+    pub token_budget: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            token_budget: 48_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn keys_are_read() {
+        let config = Config::from_toml(
+            "[tools]\nallow = [\"run_command\"]\n[lease]\nlease_ms = 900\n[recovery]\nauto_continue = false\n",
+        )
+        .unwrap();
+        assert_eq!(config.tools.allow, vec!["run_command".to_string()]);
+        assert_eq!(config.lease.heartbeat(), Duration::from_millis(300));
+        assert!(!config.recovery.auto_continue);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = Config::from_toml("[tools]\nalow = []\n").unwrap_err();
+        assert!(err.contains("unknown field `alow`"), "{err}");
+        let err = Config::from_toml("[leases]\n").unwrap_err();
+        assert!(err.contains("unknown field `leases`"), "{err}");
+    }
+}

@@ -1,0 +1,93 @@
+//! The engine's error type. Domain variants come first; each says who returns it and
+//! whether a caller may retry.
+
+use std::path::PathBuf;
+
+/// Everything the engine can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Returned by every owner write (SPEC §4.4) and by the heartbeat (§4.2) when the
+    /// claim no longer matches exactly one row: it expired, was taken over, cancelled or
+    /// cleared. Never retry: the execution stops and never writes again.
+    #[error("execution {execution_id} no longer holds its claim")]
+    FenceLost { execution_id: String },
+
+    /// Returned by acquisition and by `steward run` admission when another live owner
+    /// holds the session's claim (SPEC §4.3). Retry after that owner finishes.
+    #[error("session {session_id} is busy: held by owner {owner_id}{owner_detail}")]
+    SessionBusy {
+        session_id: String,
+        owner_id: String,
+        owner_detail: String,
+    },
+
+    /// Returned by [`crate::store::Store::open`] when the file must not be touched
+    /// (SPEC §2.3). The file is left byte-for-byte as it was. Not retryable.
+    #[error("refusing to open {}: {reason}", path.display())]
+    DatabaseRefused { path: PathBuf, reason: String },
+
+    /// The database (or its directory) cannot be read or written by this user.
+    /// Nothing was changed. Retry after fixing permissions.
+    #[error("cannot use {}: {reason}", path.display())]
+    DatabaseAccess { path: PathBuf, reason: String },
+
+    /// Another process held the write lock for longer than `busy_timeout`.
+    /// Retryable: nothing was written.
+    #[error("the database stayed locked by another process past the busy timeout; try again")]
+    StoreBusy,
+
+    /// The database hit its size limit (`max_page_count`) or the disk is full.
+    /// The transaction rolled back; retry after freeing space or raising the limit.
+    #[error("the database is full: {0}")]
+    StoreFull(String),
+
+    /// A session, execution or input named by the caller does not exist.
+    #[error("{kind} {id} not found")]
+    NotFound { kind: &'static str, id: String },
+
+    /// The caller asked for something the current state does not allow.
+    #[error("{0}")]
+    Invalid(String),
+
+    /// A stored row could not be decoded or violates the projection's rules
+    /// (SPEC §5.4 replay identity). The transaction rolled back.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+
+    #[error("database error: {0}")]
+    Sqlite(rusqlite::Error),
+
+    #[error("JSON error: {0}")]
+    Json(#[from] serde_json::Error),
+
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The engine's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when the same call may succeed if tried again later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::StoreBusy | Error::StoreFull(_) | Error::SessionBusy { .. }
+        )
+    }
+
+    pub(crate) fn corrupt(message: impl Into<String>) -> Self {
+        Error::Corrupt(message.into())
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match error.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::StoreBusy,
+            Some(ErrorCode::DiskFull) => Error::StoreFull(error.to_string()),
+            _ => Error::Sqlite(error),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Named fault-injection points (INTERFACE.md "Fault injection").
+//!
+//! Built with the `failpoints` feature, `failpoint!("name")` consults tikv `fail`
+//! (configured from `FAILPOINTS` at start). `name=return` aborts the process on the
+//! spot — no unwinding, no clean close — so a test sees exactly what a crash at that
+//! instant leaves on disk. `sleep(ms)` and `pause` behave as in `fail`. Without the
+//! feature the macro compiles to nothing.
+
+/// Every named point. Each appears in the code exactly where its name says.
+pub const NAMES: &[&str] = &[
+    "migrate.after_apply",
+    "claim.after_acquire",
+    "input.after_admit",
+    "runner.after_promote",
+    "runner.before_provider_dispatch",
+    "runner.after_provider_dispatch",
+    "runner.after_text_commit",
+    "runner.after_tool_called",
+    "runner.after_tool_dispatch",
+    "runner.after_tool_completed",
+    "runner.before_clear",
+    "compaction.before_ended",
+    "cancel.before_commit",
+    "recovery.after_takeover",
+    "recovery.after_commit",
+    "recovery.between_batches",
+    "wake.after_promote",
+];
+
+/// Evaluates the named failpoint.
+#[macro_export]
+macro_rules! failpoint {
+    ($name:literal) => {{
+        #[cfg(feature = "failpoints")]
+        {
+            if $crate::failpoint::fail::eval($name, |_| ()).is_some() {
+                $crate::failpoint::abort_at($name);
+            }
+        }
+    }};
+}
+
+#[cfg(feature = "failpoints")]
+#[doc(hidden)]
+pub use fail;
+
+/// Aborts the process at failpoint `name`.
+#[cfg(feature = "failpoints")]
+#[doc(hidden)]
+#[allow(clippy::print_stderr)]
+pub fn abort_at(name: &str) -> ! {
+    eprintln!("steward: failpoint {name} hit: aborting");
+    std::process::abort()
+}
+
+/// Reads `FAILPOINTS` from the environment. The returned guard must live as long
+/// as the process runs; a no-op without the `failpoints` feature.
+pub fn setup() -> Guard {
+    #[cfg(feature = "failpoints")]
+    {
+        Guard(Some(fail::FailScenario::setup()))
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        Guard(None)
+    }
+}
+
+/// Keeps the configured failpoints alive.
+pub struct Guard(#[allow(dead_code)] Option<GuardInner>);
+
+#[cfg(feature = "failpoints")]
+type GuardInner = fail::FailScenario<'static>;
+#[cfg(not(feature = "failpoints"))]
+type GuardInner = ();
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("failpoint::Guard")
+    }
+}

@@ -1,0 +1,22 @@
+//! Steward's engine: a crash-safe local agent runtime.
+//!
+//! Every execution of a session holds a lease (a claim row) in one SQLite file,
+//! renewed by a heartbeat and checked (fenced) on every durable write. After a crash
+//! the next launch reconciles each interrupted execution into the transcript, never
+//! replays a provider or tool call, and continues the agent through a durable,
+//! exactly-once wake. The protocol is `SPEC.md`; this crate has no terminal and never
+//! writes to stdout.
+
+pub mod clock;
+pub mod config;
+pub mod doctor;
+pub mod error;
+pub mod events;
+pub mod failpoint;
+pub mod ids;
+pub mod message;
+pub mod phase;
+pub mod projection;
+pub mod store;
+
+pub use error::{Error, Result};

@@ -1,0 +1,398 @@
+//! The shapes of the transcript (SPEC §3.3): what a `session_message.data` holds for
+//! each message type, and the exact strings recovery and cancellation write.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Recovery text when the interrupted step's provider outcome is unknown (SPEC §5.4).
+pub const PROVIDER_OUTCOME_UNKNOWN: &str = "Provider Step outcome unknown after server restart";
+/// Recovery text otherwise (SPEC §5.4).
+pub const EXECUTION_INTERRUPTED_BY_RESTART: &str =
+    "Session execution interrupted by server restart";
+/// Tool error recovery writes for a tool left pending or running (SPEC §5.4).
+pub const TOOL_OUTCOME_UNKNOWN: &str = "Tool execution outcome unknown after server restart";
+/// Appended to [`TOOL_OUTCOME_UNKNOWN`] when recovery found the tool's processes
+/// still running and stopped them.
+pub const TOOL_PROCESS_STOPPED: &str =
+    "its processes were still running after the owner died and recovery stopped them";
+/// Error a user cancellation writes on the assistant (SPEC §4.8).
+pub const EXECUTION_INTERRUPTED: &str = "Session execution interrupted";
+/// Error a user cancellation writes on a pending or running tool (SPEC §4.8).
+pub const TOOL_INTERRUPTED: &str = "Tool execution interrupted";
+/// The continuation input's text (SPEC §5.6).
+pub const CONTINUATION_TEXT: &str = "The server restarted while you were working. Continue from where you left off without repeating completed work.";
+/// The label the transcript shows for a continuation (SPEC §5.6).
+pub const CONTINUATION_LABEL: &str = "Continuing after restart";
+
+/// `session_message.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageKind {
+    User,
+    Assistant,
+    Synthetic,
+}
+
+impl MessageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::User => "user",
+            MessageKind::Assistant => "assistant",
+            MessageKind::Synthetic => "synthetic",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MessageKind> {
+        match s {
+            "user" => Some(MessageKind::User),
+            "assistant" => Some(MessageKind::Assistant),
+            "synthetic" => Some(MessageKind::Synthetic),
+            _ => None,
+        }
+    }
+}
+
+/// A message's `data`, by type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageData {
+    User(UserData),
+    Assistant(AssistantData),
+    Synthetic(SyntheticData),
+}
+
+impl MessageData {
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            MessageData::User(_) => MessageKind::User,
+            MessageData::Assistant(_) => MessageKind::Assistant,
+            MessageData::Synthetic(_) => MessageKind::Synthetic,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        let value = match self {
+            MessageData::User(d) => serde_json::to_string(d),
+            MessageData::Assistant(d) => serde_json::to_string(d),
+            MessageData::Synthetic(d) => serde_json::to_string(d),
+        };
+        value.expect("message data always serializes")
+    }
+
+    pub fn from_json(kind: MessageKind, json: &str) -> serde_json::Result<MessageData> {
+        Ok(match kind {
+            MessageKind::User => MessageData::User(serde_json::from_str(json)?),
+            MessageKind::Assistant => MessageData::Assistant(serde_json::from_str(json)?),
+            MessageKind::Synthetic => MessageData::Synthetic(serde_json::from_str(json)?),
+        })
+    }
+
+    pub fn as_assistant(&self) -> Option<&AssistantData> {
+        match self {
+            MessageData::Assistant(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    pub fn as_assistant_mut(&mut self) -> Option<&mut AssistantData> {
+        match self {
+            MessageData::Assistant(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The text a reader sees for this message (assistant text parts joined).
+    pub fn text(&self) -> String {
+        match self {
+            MessageData::User(u) => u.text.clone(),
+            MessageData::Synthetic(s) => s.text.clone(),
+            MessageData::Assistant(a) => a
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Text { text, .. } => Some(text.as_str()),
+                    Part::Tool { .. } => None,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A promoted user input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserData {
+    pub input_id: String,
+    pub text: String,
+}
+
+/// Why a synthetic message exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyntheticKind {
+    /// Recovery reconciled an execution that had no assistant yet.
+    Recovery,
+    /// The continuation input recovery admitted, once promoted.
+    Continuation,
+    /// A user cancellation of an execution that had no assistant yet.
+    Interrupted,
+    /// A compaction summary that stands for everything before it.
+    Compaction,
+}
+
+/// A message the engine wrote on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyntheticData {
+    pub kind: SyntheticKind,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_id: Option<String>,
+    /// For compaction: the last event seq the summary covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_seq: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::phase::Phase>,
+}
+
+/// Why a step finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Finish {
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Error,
+}
+
+impl Finish {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::ToolCalls => "tool-calls",
+            Finish::Length => "length",
+            Finish::ContentFilter => "content-filter",
+            Finish::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageTime {
+    pub created: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<i64>,
+}
+
+/// `error {type, message}` on an assistant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageError {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// An assistant message (SPEC §3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantData {
+    pub execution_id: String,
+    pub provider: String,
+    pub model: String,
+    pub time: MessageTime,
+    #[serde(default)]
+    pub finish: Option<Finish>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<MessageError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    pub parts: Vec<Part>,
+}
+
+impl AssistantData {
+    pub fn tool_mut(&mut self, call_id: &str) -> Option<&mut ToolPart> {
+        self.parts.iter_mut().find_map(|p| match p {
+            Part::Tool(t) if t.call_id == call_id => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The text of each text part, in order.
+    pub fn text_parts(&self) -> Vec<&str> {
+        self.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text, .. } => Some(text.as_str()),
+                Part::Tool(_) => None,
+            })
+            .collect()
+    }
+
+    pub fn tools(&self) -> impl Iterator<Item = &ToolPart> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Tool(t) => Some(t),
+            Part::Text { .. } => None,
+        })
+    }
+}
+
+/// One ordered part of an assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+#[allow(clippy::large_enum_variant)] // most parts of a step are tools; boxing buys nothing
+pub enum Part {
+    Text { id: String, text: String },
+    Tool(ToolPart),
+}
+
+/// A tool call and its state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolPart {
+    pub id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub state: ToolState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    Pending,
+    Running,
+    Completed,
+    Error,
+}
+
+impl ToolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Pending => "pending",
+            ToolStatus::Running => "running",
+            ToolStatus::Completed => "completed",
+            ToolStatus::Error => "error",
+        }
+    }
+
+    /// Pending or running: the call has no result yet.
+    pub fn is_open(self) -> bool {
+        matches!(self, ToolStatus::Pending | ToolStatus::Running)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolTime {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
+}
+
+/// Who a tool's process is, so that nothing else is ever mistaken for it: the pid,
+/// its process group, and its start time in clock ticks since boot from
+/// `/proc/<pid>/stat` on this boot of this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    pub pid: i32,
+    pub pgid: i32,
+    pub start_time: u64,
+    pub boot_id: String,
+    pub hostname: String,
+}
+
+/// `state` of a tool part: `status` plus what that status allows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolState {
+    pub status: ToolStatus,
+    /// The call's arguments; a raw string while they are not valid JSON.
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<ToolTime>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessIdentity>,
+}
+
+impl ToolState {
+    pub fn pending(input: Value) -> ToolState {
+        ToolState {
+            status: ToolStatus::Pending,
+            input,
+            output: None,
+            structured: None,
+            content: None,
+            error: None,
+            time: None,
+            process: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn r3_3_assistant_data_has_the_documented_shape() {
+        let data = AssistantData {
+            execution_id: "exe_1".into(),
+            provider: "scripted".into(),
+            model: "demo".into(),
+            time: MessageTime {
+                created: 10,
+                completed: Some(20),
+            },
+            finish: Some(Finish::ToolCalls),
+            error: None,
+            usage: Some(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
+            parts: vec![
+                Part::Text {
+                    id: "prt_1".into(),
+                    text: "hi".into(),
+                },
+                Part::Tool(ToolPart {
+                    id: "prt_2".into(),
+                    call_id: "call_1".into(),
+                    tool: "list_dir".into(),
+                    state: ToolState::pending(json!({"path": "."})),
+                }),
+            ],
+        };
+        let value: Value =
+            serde_json::from_str(&MessageData::Assistant(data.clone()).to_json()).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "execution_id": "exe_1", "provider": "scripted", "model": "demo",
+                "time": {"created": 10, "completed": 20},
+                "finish": "tool-calls",
+                "usage": {"input_tokens": 3, "output_tokens": 4},
+                "parts": [
+                    {"id": "prt_1", "type": "text", "text": "hi"},
+                    {"id": "prt_2", "type": "tool", "call_id": "call_1", "tool": "list_dir",
+                     "state": {"status": "pending", "input": {"path": "."}}}
+                ]
+            })
+        );
+        let back = MessageData::from_json(MessageKind::Assistant, &value.to_string()).unwrap();
+        assert_eq!(back, MessageData::Assistant(data));
+    }
+}

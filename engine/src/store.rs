@@ -1,0 +1,215 @@
+//! The SQLite store (SPEC §2): opening any file safely, migrations, and the
+//! transaction helpers every write goes through.
+//!
+//! Opening looks before it writes ([`open::preflight`]): a file Steward must not touch
+//! is refused with the file byte-for-byte as it was. A new database is built under a
+//! temporary name and linked into place only once migrated, so a crash never leaves
+//! a half-created `steward.db` behind.
+
+pub mod events;
+pub mod migrate;
+pub mod open;
+pub mod rows;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use migrate::{MIGRATIONS, Migration};
+use open::{Preflight, access, classify};
+
+/// `PRAGMA synchronous` for every read-write connection. `FULL` syncs the WAL on
+/// every commit, so a committed event survives power loss, not only a crash of the
+/// process; `engine/benches/store.rs` measures its cost against `NORMAL`.
+pub const SYNCHRONOUS: &str = "FULL";
+
+/// `PRAGMA busy_timeout` (SPEC §2.1).
+pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// One read-write connection to the database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: Option<PathBuf>,
+}
+
+impl Store {
+    /// Opens (creating and migrating when needed) the database at `path`.
+    pub fn open(path: &Path, clock: &dyn Clock) -> Result<Store> {
+        Store::open_with(path, MIGRATIONS, clock)
+    }
+
+    /// [`Store::open`] with an explicit migration list (tests of upgrades).
+    pub fn open_with(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<Store> {
+        match open::preflight(path, known)? {
+            Preflight::Absent => create(path, known, clock)?,
+            Preflight::EmptyDatabase | Preflight::Steward { .. } => {}
+        }
+        let mut conn = open_read_write(path)?;
+        migrate_or_refuse(&mut conn, path, known, clock)?;
+        Ok(Store {
+            conn,
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// A migrated in-memory database, for tests.
+    pub fn open_in_memory(clock: &dyn Clock) -> Result<Store> {
+        let mut conn = Connection::open_in_memory()?;
+        configure(&conn)?;
+        migrate::run(&mut conn, MIGRATIONS, clock.now_ms(), |_| {})?;
+        Ok(Store { conn, path: None })
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub fn conn_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`): committed when `f`
+    /// returns `Ok`, rolled back otherwise.
+    pub fn write<R>(&mut self, f: impl FnOnce(&Transaction<'_>) -> Result<R>) -> Result<R> {
+        write(&mut self.conn, f)
+    }
+}
+
+/// Runs `f` in one `BEGIN IMMEDIATE` transaction on `conn`.
+pub fn write<R>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Result<R>) -> Result<R> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
+/// Runs `f` in one read transaction: a consistent snapshot.
+pub fn read<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+    conn.execute_batch("BEGIN DEFERRED")?;
+    let out = f(conn);
+    let end = conn.execute_batch("COMMIT");
+    let out = out?;
+    end?;
+    Ok(out)
+}
+
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
+        return Err(Error::Invalid(format!(
+            "the database would not switch to WAL mode (it is in {mode} mode)"
+        )));
+    }
+    conn.execute_batch(&format!(
+        "PRAGMA foreign_keys = ON; PRAGMA synchronous = {SYNCHRONOUS};"
+    ))?;
+    Ok(())
+}
+
+fn open_read_write(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| classify(path, e))?;
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true) {
+        return Err(access(
+            path,
+            "the database file is read-only; Steward needs to write it",
+        ));
+    }
+    configure(&conn).map_err(|e| match e {
+        Error::Sqlite(e) => classify(path, e),
+        other => other,
+    })?;
+    Ok(conn)
+}
+
+fn migrate_or_refuse(
+    conn: &mut Connection,
+    path: &Path,
+    known: &[Migration],
+    clock: &dyn Clock,
+) -> Result<()> {
+    let after_apply = |_: &Migration| crate::failpoint!("migrate.after_apply");
+    match migrate::run(conn, known, clock.now_ms(), after_apply) {
+        Ok(_) => Ok(()),
+        Err(Error::Invalid(reason)) => Err(Error::DatabaseRefused {
+            path: path.to_path_buf(),
+            reason,
+        }),
+        Err(Error::Sqlite(e)) => Err(classify(path, e)),
+        Err(other) => Err(other),
+    }
+}
+
+/// Builds a new database under a temporary name in the same directory, then links it
+/// into place. If another process linked one first, that one is kept.
+fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| access(path, "the path has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    remove_stale_temporaries(dir, &name);
+    let temp = dir.join(format!(".{name}.creating-{}", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&temp, flags).map_err(|e| classify(&temp, e))?;
+        configure(&conn).map_err(|e| match e {
+            Error::Sqlite(e) => classify(path, e),
+            other => other,
+        })?;
+        migrate_or_refuse(&mut conn, path, known, clock)?;
+        // Closing the last connection checkpoints and removes the temporary WAL.
+        conn.close().map_err(|(_, e)| classify(&temp, e))?;
+    }
+    let linked = std::fs::hard_link(&temp, path);
+    let _ = std::fs::remove_file(&temp);
+    match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(access(path, e.to_string())),
+    }
+}
+
+/// Removes `.<name>.creating-<pid>` files (and their sidecars) left by a process that died mid-creation.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    // Only where `/proc` answers "is this pid alive?"; elsewhere leftovers stay.
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!(".{name}.creating-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        // `<pid>`, or `<pid>-wal` / `<pid>-shm` for its sidecars.
+        let Some(pid) = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

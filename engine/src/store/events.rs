@@ -1,0 +1,116 @@
+//! The event log (SPEC §3.1): append with the next per-session `seq` and apply the
+//! projection in the same transaction.
+//!
+//! [`append`] is crate-private: owner writes go through a fenced transaction
+//! (`claim::Fenced`), which records the owner, execution and epoch on each event.
+//! [`append_unowned`] serves what no execution owns: creating a session and
+//! admitting a user's input.
+
+use rusqlite::{Connection, Transaction, params};
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventRecord, Origin};
+use crate::projection;
+use crate::store::rows;
+
+/// The next `seq` of a session's log (0 for a new session).
+pub fn next_seq(conn: &Connection, session_id: &str) -> Result<i64> {
+    let mut stmt = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM event WHERE aggregate_id = ?1")?;
+    Ok(stmt.query_row([session_id], |r| r.get(0))?)
+}
+
+/// Appends `event` and applies its projection. Must run inside a write transaction.
+pub(crate) fn append(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    origin: Option<&Origin>,
+    now_ms: i64,
+    event: Event,
+) -> Result<EventRecord> {
+    let seq = next_seq(tx, session_id)?;
+    tx.prepare_cached(
+        "INSERT INTO event (aggregate_id, seq, type, data, owner_id, execution_id, epoch, time_created)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        session_id,
+        seq,
+        event.kind(),
+        event.data_json(),
+        origin.map(|o| o.owner_id.as_str()),
+        origin.map(|o| o.execution_id.as_str()),
+        origin.map(|o| o.epoch),
+        now_ms
+    ])?;
+    let record = EventRecord {
+        session_id: session_id.to_string(),
+        seq,
+        time_created: now_ms,
+        origin: origin.cloned(),
+        event,
+    };
+    let mut p = rows::load(tx, session_id, &projection::needs(&record.event))?;
+    projection::apply(&mut p, &record).map_err(|e| Error::Corrupt(e.to_string()))?;
+    rows::persist(tx, &mut p)?;
+    Ok(record)
+}
+
+/// Appends an event no execution owns (session creation, user admission).
+pub fn append_unowned(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    now_ms: i64,
+    event: Event,
+) -> Result<EventRecord> {
+    append(tx, session_id, None, now_ms, event)
+}
+
+/// A session's whole log in `seq` order.
+pub fn load(conn: &Connection, session_id: &str) -> Result<Vec<EventRecord>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, type, data, owner_id, execution_id, epoch, time_created
+         FROM event WHERE aggregate_id = ?1 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map([session_id], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, Option<String>>(3)?,
+            r.get::<_, Option<String>>(4)?,
+            r.get::<_, Option<i64>>(5)?,
+            r.get::<_, i64>(6)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, kind, data, owner_id, execution_id, epoch, time_created) = row?;
+        let origin = match (owner_id, execution_id, epoch) {
+            (Some(owner_id), Some(execution_id), Some(epoch)) => Some(Origin {
+                owner_id,
+                execution_id,
+                epoch,
+            }),
+            _ => None,
+        };
+        out.push(EventRecord {
+            session_id: session_id.to_string(),
+            seq,
+            time_created,
+            origin,
+            event: Event::from_row(&kind, &data)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Folds a session's whole log into an empty projection (the replay `doctor` checks).
+pub fn replay(conn: &Connection, session_id: &str) -> Result<projection::Projection> {
+    let mut p = projection::Projection::default();
+    for record in load(conn, session_id)? {
+        projection::apply(&mut p, &record).map_err(|e| Error::Corrupt(e.to_string()))?;
+    }
+    p.take_touched();
+    Ok(p)
+}

@@ -1,0 +1,184 @@
+//! Looking at a database file before writing to it (SPEC §2.3).
+//!
+//! Everything here reads only: the file's header straight from disk, then a
+//! read-only SQLite connection that creates no `-wal`/`-shm` that were not there
+//! before (`immutable=1` when the database has no WAL, which also means no process
+//! has it open for writing). A refusal leaves the file byte-for-byte untouched.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result};
+use crate::store::migrate::{self, AppliedMigration, Migration};
+
+/// What a preflight found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    /// No file at the path: a new database will be created.
+    Absent,
+    /// A valid SQLite file with no tables: it will be migrated in place.
+    EmptyDatabase,
+    /// A Steward database whose recorded migrations this build knows.
+    Steward { applied: Vec<AppliedMigration> },
+}
+
+fn refuse(path: &Path, reason: impl Into<String>) -> Error {
+    Error::DatabaseRefused {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn access(path: &Path, reason: impl Into<String>) -> Error {
+    Error::DatabaseAccess {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Inspects `path` without changing anything on disk.
+pub fn preflight(path: &Path, known: &[Migration]) -> Result<Preflight> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Preflight::Absent),
+        Err(e) => return Err(access(path, e.to_string())),
+    };
+    if meta.is_dir() {
+        return Err(refuse(path, "it is a directory, not a database file"));
+    }
+    if meta.len() == 0 {
+        return Err(refuse(
+            path,
+            "the file is empty (0 bytes), so it is not a Steward database",
+        ));
+    }
+    check_header(path, meta.len())?;
+    let conn = open_read_only(path).map_err(|e| classify(path, e))?;
+    let quick: String = conn
+        .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+        .map_err(|e| classify(path, e))?;
+    if quick != "ok" {
+        return Err(refuse(
+            path,
+            format!("the file fails PRAGMA quick_check: {quick}"),
+        ));
+    }
+    let tables = user_tables(&conn).map_err(|e| classify(path, e))?;
+    if tables.is_empty() {
+        return Ok(Preflight::EmptyDatabase);
+    }
+    if !tables.iter().any(|t| t == "session") {
+        return Err(refuse(
+            path,
+            "Database is not empty and has no session table",
+        ));
+    }
+    if !tables.iter().any(|t| t == "schema_migration") {
+        return Err(refuse(
+            path,
+            "the database has a session table but no schema_migration table, so Steward did not create it",
+        ));
+    }
+    let applied = migrate::applied(&conn).map_err(|e| match e {
+        Error::Sqlite(e) => classify(path, e),
+        other => other,
+    })?;
+    if let Some(reason) = migrate::check_applied(&applied, known) {
+        return Err(refuse(path, reason));
+    }
+    Ok(Preflight::Steward { applied })
+}
+
+/// Opens `path` read-only, creating no `-wal`/`-shm`: with `immutable=1` when no WAL
+/// exists (no writer has it open), otherwise as a normal read-only connection that
+/// uses the existing WAL.
+pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let has_wal = sidecar(path, "-wal").exists() && sidecar(path, "-shm").exists();
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let uri = file_uri(path, !has_wal);
+    let conn = Connection::open_with_flags(uri, flags)?;
+    conn.busy_timeout(std::time::Duration::from_millis(5000))?;
+    Ok(conn)
+}
+
+fn file_uri(path: &Path, immutable: bool) -> String {
+    let mut uri = String::from("file:");
+    for byte in path.to_string_lossy().bytes() {
+        match byte {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{byte:02X}")),
+            _ => uri.push(byte as char),
+        }
+    }
+    if immutable {
+        uri.push_str("?immutable=1");
+    }
+    uri
+}
+
+/// The header check: magic string, page size, and a file at least as long as the
+/// header says (a truncated copy or a half-written download fails here).
+fn check_header(path: &Path, len: u64) -> Result<()> {
+    let mut header = [0u8; 100];
+    let read = File::open(path)
+        .and_then(|mut f| f.read(&mut header))
+        .map_err(|e| access(path, e.to_string()))?;
+    if read < 100 || &header[..16] != b"SQLite format 3\0" {
+        return Err(refuse(path, "the file is not a SQLite database"));
+    }
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536,
+        n if n >= 512 && n.is_power_of_two() => u64::from(n),
+        _ => {
+            return Err(refuse(
+                path,
+                "the file is not a SQLite database (bad page size)",
+            ));
+        }
+    };
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
+    let counter_valid = header[24..28] == header[92..96];
+    if !len.is_multiple_of(page_size) || (counter_valid && pages > 0 && len < pages * page_size) {
+        return Err(refuse(
+            path,
+            format!(
+                "the file is truncated: the header describes {pages} pages of {page_size} bytes, the file has {len} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn user_tables(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// Sorts an SQLite failure while reading into "not ours to touch" or "cannot access".
+pub(crate) fn classify(path: &Path, error: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode::*;
+    match error.sqlite_error_code() {
+        Some(NotADatabase) => refuse(path, "the file is not a SQLite database"),
+        Some(DatabaseCorrupt) => refuse(path, format!("the database is corrupt: {error}")),
+        Some(CannotOpen | PermissionDenied | ReadOnly | AuthorizationForStatementDenied) => {
+            access(path, error.to_string())
+        }
+        Some(DatabaseBusy | DatabaseLocked) => Error::StoreBusy,
+        _ => Error::Sqlite(error),
+    }
+}

@@ -1,0 +1,245 @@
+//! Reading and writing the projection tables (`session`, `session_message`,
+//! `session_input`). Only the event append writes them (SPEC §3.1).
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::{Error, Result};
+use crate::events::Delivery;
+use crate::message::{MessageData, MessageKind};
+use crate::projection::{InputRow, MessageRow, Needs, Projection, SessionRow};
+
+const SESSION_COLUMNS: &str = "id, title, directory, time_created, time_updated";
+const MESSAGE_COLUMNS: &str = "id, session_id, type, seq, time_created, time_updated, data";
+const INPUT_COLUMNS: &str =
+    "id, session_id, prompt, delivery, admitted_seq, promoted_seq, wake_pending, time_created";
+
+fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    Ok(SessionRow {
+        id: r.get(0)?,
+        title: r.get(1)?,
+        directory: r.get(2)?,
+        time_created: r.get(3)?,
+        time_updated: r.get(4)?,
+    })
+}
+
+/// A message row whose `data` is still text: decoding can fail, and the caller
+/// decides what a bad row means.
+struct RawMessage {
+    id: String,
+    session_id: String,
+    kind: String,
+    seq: i64,
+    time_created: i64,
+    time_updated: i64,
+    data: String,
+}
+
+fn raw_message(r: &Row<'_>) -> rusqlite::Result<RawMessage> {
+    Ok(RawMessage {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        kind: r.get(2)?,
+        seq: r.get(3)?,
+        time_created: r.get(4)?,
+        time_updated: r.get(5)?,
+        data: r.get(6)?,
+    })
+}
+
+impl RawMessage {
+    fn decode(self) -> Result<MessageRow> {
+        let kind = MessageKind::parse(&self.kind).ok_or_else(|| {
+            Error::corrupt(format!("message {}: unknown type {}", self.id, self.kind))
+        })?;
+        let data = MessageData::from_json(kind, &self.data)
+            .map_err(|e| Error::corrupt(format!("message {}: undecodable data: {e}", self.id)))?;
+        Ok(MessageRow {
+            id: self.id,
+            session_id: self.session_id,
+            seq: self.seq,
+            time_created: self.time_created,
+            time_updated: self.time_updated,
+            data,
+        })
+    }
+}
+
+fn input_row(r: &Row<'_>) -> rusqlite::Result<(InputRow, String)> {
+    let delivery: String = r.get(3)?;
+    Ok((
+        InputRow {
+            id: r.get(0)?,
+            session_id: r.get(1)?,
+            prompt: r.get(2)?,
+            delivery: Delivery::Queue,
+            admitted_seq: r.get(4)?,
+            promoted_seq: r.get(5)?,
+            wake_pending: r.get::<_, i64>(6)? != 0,
+            time_created: r.get(7)?,
+        },
+        delivery,
+    ))
+}
+
+fn decode_input((mut row, delivery): (InputRow, String)) -> Result<InputRow> {
+    row.delivery = Delivery::parse(&delivery)
+        .ok_or_else(|| Error::corrupt(format!("input {}: unknown delivery {delivery}", row.id)))?;
+    Ok(row)
+}
+
+pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM session WHERE id = ?1"
+    ))?;
+    Ok(stmt.query_row([id], session_row).optional()?)
+}
+
+pub fn sessions(conn: &Connection) -> Result<Vec<SessionRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SESSION_COLUMNS} FROM session ORDER BY time_updated DESC, id DESC"
+    ))?;
+    let rows = stmt.query_map([], session_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn message(conn: &Connection, id: &str) -> Result<Option<MessageRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM session_message WHERE id = ?1"
+    ))?;
+    stmt.query_row([id], raw_message)
+        .optional()?
+        .map(RawMessage::decode)
+        .transpose()
+}
+
+/// The messages of a session in transcript order.
+pub fn messages(conn: &Connection, session_id: &str) -> Result<Vec<MessageRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {MESSAGE_COLUMNS} FROM session_message WHERE session_id = ?1 ORDER BY seq"
+    ))?;
+    let rows = stmt.query_map([session_id], raw_message)?;
+    rows.map(|r| r.map_err(Error::from).and_then(RawMessage::decode))
+        .collect()
+}
+
+pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {INPUT_COLUMNS} FROM session_input WHERE id = ?1"
+    ))?;
+    stmt.query_row([id], input_row)
+        .optional()?
+        .map(decode_input)
+        .transpose()
+}
+
+/// The inputs of a session in admitted order.
+pub fn inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {INPUT_COLUMNS} FROM session_input WHERE session_id = ?1 ORDER BY admitted_seq"
+    ))?;
+    let rows = stmt.query_map([session_id], input_row)?;
+    rows.map(|r| r.map_err(Error::from).and_then(decode_input))
+        .collect()
+}
+
+/// The pending inputs of a session in admitted order.
+pub fn pending_inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {INPUT_COLUMNS} FROM session_input
+         WHERE session_id = ?1 AND promoted_seq IS NULL ORDER BY admitted_seq"
+    ))?;
+    let rows = stmt.query_map([session_id], input_row)?;
+    rows.map(|r| r.map_err(Error::from).and_then(decode_input))
+        .collect()
+}
+
+/// Loads the rows `needs` names (and the session row) into a partial projection.
+pub fn load(conn: &Connection, session_id: &str, needs: &Needs) -> Result<Projection> {
+    let mut p = Projection::default();
+    p.session = session(conn, session_id)?;
+    for id in &needs.messages {
+        if let Some(m) = message(conn, id)? {
+            p.messages.insert(id.clone(), m);
+        }
+    }
+    for id in &needs.inputs {
+        if let Some(i) = input(conn, id)? {
+            p.inputs.insert(id.clone(), i);
+        }
+    }
+    Ok(p)
+}
+
+/// Every projection row of a session, as stored.
+pub fn load_all(conn: &Connection, session_id: &str) -> Result<Projection> {
+    let mut p = Projection::default();
+    p.session = session(conn, session_id)?;
+    for m in messages(conn, session_id)? {
+        p.messages.insert(m.id.clone(), m);
+    }
+    for i in inputs(conn, session_id)? {
+        p.inputs.insert(i.id.clone(), i);
+    }
+    Ok(p)
+}
+
+/// Writes the rows the fold touched.
+pub fn persist(conn: &Connection, p: &mut Projection) -> Result<()> {
+    let touched = p.take_touched();
+    if touched.session
+        && let Some(s) = &p.session
+    {
+        conn.prepare_cached(
+            "INSERT INTO session (id, title, directory, time_created, time_updated)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO UPDATE SET title = excluded.title,
+                 directory = excluded.directory, time_updated = excluded.time_updated",
+        )?
+        .execute(params![
+            s.id,
+            s.title,
+            s.directory,
+            s.time_created,
+            s.time_updated
+        ])?;
+    }
+    for id in &touched.messages {
+        let m = &p.messages[id];
+        conn.prepare_cached(
+            "INSERT INTO session_message (id, session_id, type, seq, time_created, time_updated, data)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (id) DO UPDATE SET time_updated = excluded.time_updated, data = excluded.data",
+        )?
+        .execute(params![
+            m.id,
+            m.session_id,
+            m.data.kind().as_str(),
+            m.seq,
+            m.time_created,
+            m.time_updated,
+            m.data.to_json()
+        ])?;
+    }
+    for id in &touched.inputs {
+        let i = &p.inputs[id];
+        conn.prepare_cached(
+            "INSERT INTO session_input (id, session_id, prompt, delivery, admitted_seq,
+                 promoted_seq, wake_pending, time_created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (id) DO UPDATE SET promoted_seq = excluded.promoted_seq,
+                 wake_pending = excluded.wake_pending",
+        )?
+        .execute(params![
+            i.id,
+            i.session_id,
+            i.prompt,
+            i.delivery.as_str(),
+            i.admitted_seq,
+            i.promoted_seq,
+            i.wake_pending as i64,
+            i.time_created
+        ])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,429 @@
+//! Store tests on temp files and in-memory databases.
+
+use pretty_assertions::assert_eq;
+use rusqlite::params;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::events::{Delivery, Event};
+use crate::store::events::{append_unowned, replay};
+use crate::store::migrate::applied;
+
+fn clock() -> ManualClock {
+    ManualClock::new(1_700_000_000_000)
+}
+
+fn names(conn: &Connection, kind: &str) -> Vec<String> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = ?1 AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap();
+    stmt.query_map([kind], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn r2_5_first_migration_creates_every_table_and_index() {
+    let store = Store::open_in_memory(&clock()).unwrap();
+    let conn = store.conn();
+    assert_eq!(
+        names(conn, "table"),
+        vec![
+            "event",
+            "owner",
+            "schema_migration",
+            "session",
+            "session_execution",
+            "session_input",
+            "session_message",
+            "session_recovery"
+        ]
+    );
+    assert_eq!(
+        names(conn, "index"),
+        vec![
+            "event_aggregate_type_seq_idx",
+            "session_execution_created_idx",
+            "session_execution_owner_idx",
+            "session_execution_session_idx",
+            "session_input_session_admitted_seq_idx",
+            "session_input_session_pending_delivery_seq_idx",
+            "session_input_session_promoted_seq_idx",
+            "session_input_wake_pending_promoted_time_created_id_idx",
+            "session_message_session_seq_idx",
+            "session_message_session_time_created_id_idx",
+            "session_message_session_type_seq_idx",
+            "session_recovery_continuation_message_idx",
+            "session_recovery_wake_pending_time_created_execution_idx",
+        ]
+    );
+    // Every table is STRICT, and nothing indexes expires_at.
+    let mut stmt = conn
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type IN ('table', 'index') AND sql IS NOT NULL")
+        .unwrap();
+    let rows: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (name, sql) in rows {
+        if sql.starts_with("CREATE TABLE") {
+            assert!(sql.trim_end().ends_with("STRICT"), "{name} is not STRICT");
+        } else {
+            assert!(!sql.contains("expires_at"), "{name} indexes expires_at");
+        }
+    }
+}
+
+#[test]
+fn r2_5_unique_indexes_are_unique() {
+    let store = Store::open_in_memory(&clock()).unwrap();
+    let unique: Vec<String> = store
+        .conn()
+        .prepare(
+            "SELECT il.name FROM sqlite_master m, pragma_index_list(m.name) il
+             WHERE m.type = 'table' AND il.\"unique\" = 1 AND il.origin = 'c' ORDER BY il.name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        unique,
+        vec![
+            "session_execution_session_idx",
+            "session_input_session_admitted_seq_idx",
+            "session_message_session_seq_idx",
+            "session_recovery_continuation_message_idx",
+        ]
+    );
+}
+
+#[test]
+fn r2_5_primary_keys_are_as_specified() {
+    let store = Store::open_in_memory(&clock()).unwrap();
+    let pk = |table: &str| -> Vec<String> {
+        store
+            .conn()
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{table}') WHERE pk > 0 ORDER BY pk"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(pk("session"), vec!["id"]);
+    assert_eq!(pk("event"), vec!["aggregate_id", "seq"]);
+    assert_eq!(pk("session_message"), vec!["id"]);
+    assert_eq!(pk("session_input"), vec!["id"]);
+    assert_eq!(pk("session_execution"), vec!["id"]);
+    assert_eq!(pk("session_recovery"), vec!["execution_id"]);
+    assert_eq!(pk("owner"), vec!["id"]);
+    assert_eq!(pk("schema_migration"), vec!["id"]);
+}
+
+#[test]
+fn r2_5_foreign_keys_cascade_from_session() {
+    let store = Store::open_in_memory(&clock()).unwrap();
+    let fks: Vec<(String, String, String, String)> = store
+        .conn()
+        .prepare(
+            "SELECT m.name, f.\"from\", f.\"table\", f.on_delete FROM sqlite_master m,
+             pragma_foreign_key_list(m.name) f WHERE m.type = 'table' ORDER BY m.name, f.\"from\"",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let expect = |a: &str, b: &str, c: &str| {
+        (
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            "CASCADE".to_string(),
+        )
+    };
+    assert_eq!(
+        fks,
+        vec![
+            expect("session_execution", "session_id", "session"),
+            expect("session_input", "session_id", "session"),
+            expect("session_message", "session_id", "session"),
+            expect(
+                "session_recovery",
+                "assistant_message_id",
+                "session_message"
+            ),
+            expect(
+                "session_recovery",
+                "continuation_message_id",
+                "session_input"
+            ),
+            expect("session_recovery", "session_id", "session"),
+        ]
+    );
+
+    let conn = store.conn();
+    conn.execute_batch(
+        "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0);
+         INSERT INTO session_message VALUES ('msg_1', 'ses_1', 'user', 0, 0, 0, '{}');
+         INSERT INTO session_input VALUES ('inp_1', 'ses_1', 'p', 'queue', 0, NULL, 1, 0);
+         INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
+             VALUES ('exe_1', 'ses_1', 'own_1', 'ready', 0, 0);
+         INSERT INTO session_recovery (execution_id, session_id, continuation_message_id, phase, time_created)
+             VALUES ('exe_1', 'ses_1', 'inp_1', 'ready', 0);
+         DELETE FROM session WHERE id = 'ses_1';",
+    )
+    .unwrap();
+    for table in [
+        "session_message",
+        "session_input",
+        "session_execution",
+        "session_recovery",
+    ] {
+        let n: i64 = conn
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0, "{table} kept rows of a deleted session");
+    }
+    let orphan = conn.execute(
+        "INSERT INTO session_message VALUES ('msg_2', 'ses_missing', 'user', 0, 0, 0, '{}')",
+        [],
+    );
+    assert!(orphan.is_err(), "foreign keys are not enforced");
+}
+
+#[test]
+fn r2_5_phase_and_types_are_checked() {
+    let store = Store::open_in_memory(&clock()).unwrap();
+    let conn = store.conn();
+    conn.execute("INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0)", [])
+        .unwrap();
+    let insert = |phase: &str, expires: &dyn rusqlite::ToSql| {
+        conn.execute(
+            "INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
+             VALUES ('exe_1', 'ses_1', 'own_1', ?1, 0, ?2)",
+            params![phase, expires],
+        )
+    };
+    let invalid = insert("invalid", &0).unwrap_err();
+    assert!(
+        invalid
+            .to_string()
+            .contains("session_execution_phase_check"),
+        "{invalid}"
+    );
+    let text_expiry = insert("ready", &"soon").unwrap_err();
+    assert!(
+        text_expiry
+            .to_string()
+            .contains("cannot store TEXT value in INTEGER column"),
+        "{text_expiry}"
+    );
+    insert("ready", &0).unwrap();
+    let bad_type = conn.execute(
+        "INSERT INTO session_message VALUES ('msg_1', 'ses_1', 'robot', 0, 0, 0, '{}')",
+        [],
+    );
+    assert!(bad_type.is_err());
+}
+
+#[test]
+fn r2_1_connections_use_wal_foreign_keys_and_the_chosen_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("steward.db"), &clock()).unwrap();
+    let conn = store.conn();
+    let get = |pragma: &str| -> String {
+        conn.query_row(&format!("PRAGMA {pragma}"), [], |r| {
+            r.get::<_, rusqlite::types::Value>(0)
+        })
+        .map(|v| format!("{v:?}"))
+        .unwrap()
+    };
+    assert_eq!(get("journal_mode"), "Text(\"wal\")");
+    assert_eq!(get("foreign_keys"), "Integer(1)");
+    assert_eq!(get("busy_timeout"), "Integer(5000)");
+    assert_eq!(get("synchronous"), "Integer(2)"); // FULL
+}
+
+#[test]
+fn r2_2_each_migration_is_recorded_once_with_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let clock = clock();
+    drop(Store::open(&path, &clock).unwrap());
+    clock.advance_ms(10);
+    let store = Store::open(&path, &clock).unwrap();
+    let rows = applied(store.conn()).unwrap();
+    assert_eq!(rows.len(), MIGRATIONS.len());
+    assert_eq!(rows[0].id, "0001_init");
+    assert_eq!(rows[0].checksum, MIGRATIONS[0].checksum());
+    assert_eq!(rows[0].time_applied, 1_700_000_000_000);
+}
+
+#[test]
+fn r2_4_upgrading_a_populated_database_keeps_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let clock = clock();
+    let first = &MIGRATIONS[..1];
+    {
+        let mut store = Store::open_with(&path, first, &clock).unwrap();
+        store
+            .write(|tx| {
+                for i in 0..50 {
+                    let session = format!("ses_{i:03}");
+                    append_unowned(
+                        tx,
+                        &session,
+                        1,
+                        Event::SessionCreated {
+                            title: format!("t{i}"),
+                            directory: "/w".into(),
+                        },
+                    )?;
+                    append_unowned(
+                        tx,
+                        &session,
+                        2,
+                        Event::InputAdmitted {
+                            input_id: format!("inp_{i:03}"),
+                            prompt: "hello".into(),
+                            delivery: Delivery::Queue,
+                            wake_pending: true,
+                            continuation_of: None,
+                        },
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let snapshot = |conn: &Connection| -> Vec<String> {
+        let mut out = Vec::new();
+        for table in ["session", "event", "session_input"] {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                .unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(format!("{table}: {}", row.unwrap().join(", ")));
+            }
+        }
+        out
+    };
+    let before = snapshot(&Connection::open(&path).unwrap());
+    assert_eq!(before.len(), 50 * 4);
+    let upgraded: Vec<Migration> = first
+        .iter()
+        .copied()
+        .chain([Migration {
+            id: "0002_session_pinned",
+            sql: "ALTER TABLE session ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+                  CREATE INDEX session_pinned_idx ON session (pinned);",
+        }])
+        .collect();
+    let store = Store::open_with(&path, &upgraded, &clock).unwrap();
+    let after = snapshot(store.conn());
+    let stripped: Vec<String> = after
+        .iter()
+        .map(|row| {
+            if row.starts_with("session: ") {
+                row.trim_end_matches(", Integer(0)").to_string()
+            } else {
+                row.clone()
+            }
+        })
+        .collect();
+    assert_eq!(stripped, before);
+    let ids: Vec<String> = applied(store.conn())
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, vec!["0001_init", "0002_session_pinned"]);
+    // And the older build now refuses the newer file.
+    drop(store);
+    let refused = Store::open_with(&path, first, &clock).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "refusing to open {}: Database schema is newer than this build (migration 0002_session_pinned)",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn r3_1_append_numbers_events_per_session_and_projects_in_the_same_transaction() {
+    let mut store = Store::open_in_memory(&clock()).unwrap();
+    let result = store.write(|tx| {
+        append_unowned(
+            tx,
+            "ses_a",
+            5,
+            Event::SessionCreated {
+                title: "a".into(),
+                directory: "/".into(),
+            },
+        )?;
+        append_unowned(
+            tx,
+            "ses_b",
+            6,
+            Event::SessionCreated {
+                title: "b".into(),
+                directory: "/".into(),
+            },
+        )?;
+        let admitted = append_unowned(
+            tx,
+            "ses_a",
+            7,
+            Event::InputAdmitted {
+                input_id: "inp_1".into(),
+                prompt: "x".into(),
+                delivery: Delivery::Admit,
+                wake_pending: false,
+                continuation_of: None,
+            },
+        )?;
+        Ok(admitted.seq)
+    });
+    assert_eq!(result.unwrap(), 1);
+    // A projection failure rolls the whole transaction back, event included.
+    let failed = store.write(|tx| {
+        append_unowned(
+            tx,
+            "ses_a",
+            8,
+            Event::InputPromoted {
+                input_id: "inp_missing".into(),
+                message_id: "msg_1".into(),
+            },
+        )
+    });
+    assert!(matches!(failed, Err(Error::Corrupt(_))), "{failed:?}");
+    let count: i64 = store
+        .conn()
+        .query_row("SELECT count(*) FROM event", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 3);
+    let replayed = replay(store.conn(), "ses_a").unwrap();
+    assert_eq!(replayed, rows::load_all(store.conn(), "ses_a").unwrap());
+}

@@ -1,0 +1,297 @@
+//! SPEC §2.3 against the real binary: every file Steward must not touch is refused
+//! with a one-line error naming what and where, the documented exit code, and the
+//! directory byte-for-byte as it was (no `-wal`/`-shm`, no logs).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use pretty_assertions::assert_eq;
+use rusqlite::Connection;
+
+use crate::support::{Env, code, helper_bin, snapshot, stderr, stdout, unprivileged};
+
+/// Runs `doctor` on the prepared data dir and checks the refusal.
+fn assert_refused(env: &Env, expected_code: i32, message: &str) {
+    let before = snapshot(&env.data);
+    let mut cmd = env.cmd();
+    cmd.arg("doctor");
+    if expected_code == 1 {
+        unprivileged(&mut cmd);
+    }
+    let output = cmd.output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(code(&output), expected_code, "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(err.contains(message), "{err:?} lacks {message:?}");
+    assert!(
+        err.contains(&env.db().display().to_string()),
+        "{err:?} does not say where"
+    );
+    assert_eq!(stdout(&output), "");
+    assert_eq!(snapshot(&env.data), before, "the data directory changed");
+}
+
+/// A real Steward database, closed cleanly (no WAL left).
+fn steward_db(env: &Env) {
+    let output = env.run(&["doctor"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    std::fs::remove_dir_all(env.data.join("logs")).unwrap();
+}
+
+fn write_db_file(env: &Env, bytes: &[u8]) {
+    std::fs::create_dir_all(&env.data).unwrap();
+    std::fs::write(env.db(), bytes).unwrap();
+}
+
+#[test]
+fn r2_3_a_foreign_database_is_refused() {
+    let env = Env::new();
+    std::fs::create_dir_all(&env.data).unwrap();
+    let conn = Connection::open(env.db()).unwrap();
+    conn.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');")
+        .unwrap();
+    drop(conn);
+    assert_refused(&env, 3, "Database is not empty and has no session table");
+}
+
+#[test]
+fn r2_3_a_newer_schema_is_refused() {
+    let env = Env::new();
+    steward_db(&env);
+    let conn = Connection::open(env.db()).unwrap();
+    conn.execute(
+        "INSERT INTO schema_migration VALUES ('0999_future', 'x', 1)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    assert_refused(
+        &env,
+        3,
+        "Database schema is newer than this build (migration 0999_future)",
+    );
+}
+
+#[test]
+fn r2_3_a_checksum_mismatch_is_refused() {
+    let env = Env::new();
+    steward_db(&env);
+    let conn = Connection::open(env.db()).unwrap();
+    conn.execute(
+        "UPDATE schema_migration SET checksum = 'fnv1a64:0000' WHERE id = '0001_init'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    assert_refused(&env, 3, "Migration 0001_init checksum mismatch");
+}
+
+#[test]
+fn r2_3_a_file_that_is_not_a_database_is_refused() {
+    let env = Env::new();
+    write_db_file(&env, b"these are my notes, not a database\n");
+    assert_refused(&env, 3, "the file is not a SQLite database");
+    let env = Env::new();
+    let noise: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    write_db_file(&env, &noise);
+    assert_refused(&env, 3, "the file is not a SQLite database");
+}
+
+#[test]
+fn r2_3_a_zeroed_header_is_refused() {
+    let env = Env::new();
+    steward_db(&env);
+    let mut bytes = std::fs::read(env.db()).unwrap();
+    bytes[..100].fill(0);
+    std::fs::write(env.db(), bytes).unwrap();
+    assert_refused(&env, 3, "the file is not a SQLite database");
+}
+
+#[test]
+fn r2_3_a_truncated_file_is_refused() {
+    let env = Env::new();
+    steward_db(&env);
+    let bytes = std::fs::read(env.db()).unwrap();
+    assert!(
+        bytes.len() >= 4 * 4096,
+        "fixture too small: {}",
+        bytes.len()
+    );
+    std::fs::write(env.db(), &bytes[..2 * 4096]).unwrap();
+    assert_refused(&env, 3, "the file is truncated");
+    let env = Env::new();
+    steward_db(&env);
+    let bytes = std::fs::read(env.db()).unwrap();
+    std::fs::write(env.db(), &bytes[..bytes.len() - 1000]).unwrap();
+    assert_refused(&env, 3, "the file is truncated");
+}
+
+#[test]
+fn r2_3_a_zero_length_file_is_refused() {
+    let env = Env::new();
+    write_db_file(&env, b"");
+    assert_refused(&env, 3, "the file is empty (0 bytes)");
+}
+
+#[test]
+fn r2_3_a_directory_in_place_of_the_file_is_refused() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.db()).unwrap();
+    std::fs::write(env.db().join("keep.txt"), b"keep").unwrap();
+    assert_refused(&env, 3, "it is a directory, not a database file");
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn an_unreadable_database_fails_with_exit_1() {
+    let env = Env::new();
+    steward_db(&env);
+    chmod(env.root.path(), 0o755);
+    chmod(&env.data, 0o777);
+    chmod(&env.home, 0o777);
+    chmod(&env.db(), 0o000);
+    assert_refused(&env, 1, "Permission denied");
+}
+
+#[test]
+fn a_read_only_database_file_fails_with_exit_1() {
+    let env = Env::new();
+    steward_db(&env);
+    chmod(env.root.path(), 0o755);
+    chmod(&env.data, 0o777);
+    chmod(&env.home, 0o777);
+    chmod(&env.db(), 0o444);
+    assert_refused(&env, 1, "read-only");
+}
+
+#[test]
+fn a_read_only_data_directory_fails_with_exit_1() {
+    let env = Env::new();
+    steward_db(&env);
+    chmod(env.root.path(), 0o755);
+    chmod(&env.home, 0o777);
+    chmod(&env.db(), 0o666);
+    chmod(&env.data, 0o555);
+    assert_refused(&env, 1, "cannot use");
+    chmod(&env.data, 0o755);
+}
+
+#[test]
+fn a_data_directory_that_cannot_be_created_fails_with_exit_1() {
+    let env = Env::new();
+    chmod(env.root.path(), 0o555);
+    chmod(&env.home, 0o777);
+    let mut cmd = env.cmd();
+    cmd.arg("doctor");
+    unprivileged(&mut cmd);
+    let output = cmd.output().unwrap();
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot create data directory"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!env.data.exists());
+    chmod(env.root.path(), 0o755);
+}
+
+#[test]
+fn r2_1_a_fresh_data_dir_gets_a_migrated_database() {
+    let env = Env::new();
+    let output = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["schema_version"], "0001_init");
+    assert_eq!(report["quick_check"], "ok");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["path"], env.db().display().to_string());
+    let names: Vec<String> = std::fs::read_dir(&env.data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("steward.db-"))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(names, vec!["logs", "steward.db"]);
+}
+
+#[test]
+fn r2_2_an_abort_while_creating_leaves_no_half_made_database() {
+    let env = Env::new();
+    let output = env
+        .cmd()
+        .arg("doctor")
+        .env("FAILPOINTS", "migrate.after_apply=return")
+        .output()
+        .unwrap();
+    assert_ne!(code(&output), 0);
+    assert!(
+        stderr(&output).contains("failpoint migrate.after_apply hit"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !env.db().exists(),
+        "a half-created database was left in place"
+    );
+    let output = env.run(&["doctor"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let leftovers: Vec<String> = std::fs::read_dir(&env.data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("creating"))
+        .collect();
+    assert_eq!(leftovers, Vec::<String>::new());
+}
+
+#[test]
+fn r2_2_an_abort_after_a_migration_resumes_and_records_each_once() {
+    let env = Env::new();
+    std::fs::create_dir_all(&env.data).unwrap();
+    let db = env.db();
+    let helper = |count: &str, failpoints: Option<&str>| {
+        let mut cmd = std::process::Command::new(helper_bin());
+        cmd.args(["migrate", db.to_str().unwrap(), count]);
+        match failpoints {
+            Some(f) => cmd.env("FAILPOINTS", f),
+            None => cmd.env_remove("FAILPOINTS"),
+        };
+        cmd.output().unwrap()
+    };
+    assert!(helper("1", None).status.success());
+    // Upgrade to three migrations, aborting right after the first one applied.
+    let aborted = helper("3", Some("migrate.after_apply=return"));
+    assert!(!aborted.status.success());
+    assert!(stderr(&aborted).contains("failpoint migrate.after_apply hit"));
+    let ids = |db: &Path| -> Vec<String> {
+        let conn = Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT id FROM schema_migration ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(ids(&db), vec!["0001_init", "9002_test_notes"]);
+    let done = helper("3", None);
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert_eq!(
+        ids(&db),
+        vec!["0001_init", "9002_test_notes", "9003_test_note_tags"]
+    );
+    let conn = Connection::open(&db).unwrap();
+    let notes: Vec<String> = conn
+        .prepare("SELECT body FROM test_note ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(notes, vec!["from 9002", "from 9003"]);
+}

@@ -1,0 +1,122 @@
+//! Helpers for driving the real binary against real files.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+/// The `steward` binary under test.
+pub fn steward_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_steward")
+}
+
+/// The test helper binary (built with the `test-helper` feature).
+pub fn helper_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_steward-test-helper")
+}
+
+/// A private home and data directory for one test.
+pub struct Env {
+    pub root: TempDir,
+    pub home: PathBuf,
+    pub data: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let root = tempfile::Builder::new()
+            .prefix("steward-test-")
+            .tempdir()
+            .unwrap();
+        let home = root.path().join("home");
+        let data = root.path().join("data");
+        std::fs::create_dir_all(&home).unwrap();
+        Env { root, home, data }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.data.join("steward.db")
+    }
+
+    /// `steward --data-dir <data> ...` with a private HOME and no inherited settings.
+    pub fn cmd(&self) -> Command {
+        let mut cmd = Command::new(steward_bin());
+        isolate(&mut cmd, &self.home);
+        cmd.arg("--data-dir").arg(&self.data);
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+fn isolate(cmd: &mut Command, home: &Path) {
+    cmd.env("HOME", home);
+    for var in [
+        "STEWARD_DATA_DIR",
+        "STEWARD_CONFIG",
+        "STEWARD_LOG",
+        "FAILPOINTS",
+        "XDG_DATA_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_STATE_HOME",
+    ] {
+        cmd.env_remove(var);
+    }
+}
+
+/// Runs `cmd` as an unprivileged user when the tests run as root, so that file
+/// permissions apply to it. Returns false when that is impossible.
+pub fn unprivileged(cmd: &mut Command) {
+    if is_root() {
+        cmd.uid(65534).gid(65534);
+    }
+}
+
+pub fn is_root() -> bool {
+    let probe = tempfile::NamedTempFile::new().unwrap();
+    probe.as_file().metadata().unwrap().uid() == 0
+}
+
+/// Every file under `dir` (recursively) with its bytes, and every directory.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = path.strip_prefix(base).unwrap().display().to_string();
+            if path.is_dir() {
+                out.insert(format!("{name}/"), Vec::new());
+                walk(base, &path, out);
+            } else {
+                out.insert(
+                    name,
+                    std::fs::read(&path).unwrap_or_else(|_| b"<unreadable>".to_vec()),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or(-1)
+}

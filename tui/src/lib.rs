@@ -1,0 +1,1 @@
+//! Steward's terminal interface: ratatui views over the engine's read models.

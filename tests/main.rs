@@ -2,4 +2,5 @@
 
 mod support;
 
+mod claims;
 mod store_refusals;

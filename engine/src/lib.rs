@@ -7,14 +7,17 @@
 //! exactly-once wake. The protocol is `SPEC.md`; this crate has no terminal and never
 //! writes to stdout.
 
+pub mod claim;
 pub mod clock;
 pub mod config;
+pub mod db;
 pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod failpoint;
 pub mod ids;
 pub mod message;
+pub mod owner;
 pub mod phase;
 pub mod projection;
 pub mod store;

@@ -1,13 +1,23 @@
 //! `steward-test-helper`: drives the engine in ways the real binary never does, for
-//! the integration tests (custom migration lists, crafted rows). Failpoints apply.
+//! the integration tests (custom migration lists, a bare claim holder). Failpoints
+//! apply.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use steward_engine::clock::SystemClock;
+use steward_engine::claim::heartbeat::{Heartbeat, HeartbeatParams};
+use steward_engine::claim::{self, Acquire, SelfFence};
+use steward_engine::clock::{SharedClock, SystemClock};
+use steward_engine::db::Db;
+use steward_engine::events::Event;
+use steward_engine::owner::Owner;
 use steward_engine::store::Store;
+use steward_engine::store::events::append_unowned;
 use steward_engine::store::migrate::{MIGRATIONS, Migration};
 
 /// The real migrations followed by two test-only ones.
@@ -36,6 +46,11 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["migrate", db, count] => migrate(PathBuf::from(db), count.parse().expect("count")),
+        ["hold-claim", data_dir, session, lease_ms] => hold_claim(
+            PathBuf::from(data_dir),
+            session,
+            lease_ms.parse().expect("lease"),
+        ),
         _ => Err(format!("unknown helper command {args:?}")),
     };
     match result {
@@ -54,4 +69,56 @@ fn migrate(db: PathBuf, count: usize) -> Result<(), String> {
         Store::open_with(&db, &list[..count], &SystemClock::new()).map_err(|e| e.to_string())?;
     drop(store);
     Ok(())
+}
+
+/// Registers an owner, claims `session` (creating it) and heartbeats forever at a
+/// third of `lease_ms`, printing `holding <owner> <execution>` once the claim is held.
+fn hold_claim(data_dir: PathBuf, session: &str, lease_ms: u64) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let clock: SharedClock = SystemClock::shared();
+        let db =
+            Db::open(&data_dir.join("steward.db"), clock.as_ref()).map_err(|e| e.to_string())?;
+        let owners = data_dir.join("owners");
+        let now = clock.now_ms();
+        let session = session.to_string();
+        let lease = i64::try_from(lease_ms).unwrap();
+        let started = clock.monotonic();
+        let (owner, claim) = db
+            .write(move |tx| {
+                let owner = Owner::register(tx, &owners, now)?;
+                if steward_engine::store::rows::session(tx, &session)?.is_none() {
+                    append_unowned(
+                        tx,
+                        &session,
+                        now,
+                        Event::SessionCreated {
+                            title: "held".into(),
+                            directory: "/".into(),
+                        },
+                    )?;
+                }
+                match claim::acquire(tx, &session, &owner.id, now, lease)? {
+                    Acquire::Acquired(c) => Ok((owner, c)),
+                    other => Err(steward_engine::Error::Invalid(format!("{other:?}"))),
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        println!("holding {} {}", owner.id, claim.execution_id);
+        std::io::stdout().flush().unwrap();
+        let lease = Duration::from_millis(lease_ms);
+        let lost = tokio_util::sync::CancellationToken::new();
+        let _beat = Heartbeat::spawn(HeartbeatParams {
+            db,
+            claim,
+            clock: clock.clone(),
+            lease,
+            interval: lease / 3,
+            self_fence: Arc::new(SelfFence::new(clock, lease, started)),
+            lost: lost.clone(),
+        });
+        lost.cancelled().await;
+        Err("lost the claim".to_string())
+    })
 }

@@ -1,0 +1,78 @@
+//! The heartbeat actor (SPEC §4.2): every `heartbeat` interval it reads the clock
+//! anew and renews the claim. One row: still the owner, and the self-fence moves on.
+//! Zero rows: ownership is lost, and the execution is cancelled at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::{Claim, SelfFence, renew};
+use crate::clock::SharedClock;
+use crate::db::Db;
+use crate::error::Error;
+
+/// A running heartbeat. Dropping the handle does not stop it; call [`Heartbeat::stop`].
+#[derive(Debug)]
+pub struct Heartbeat {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// What a heartbeat needs.
+#[derive(Debug, Clone)]
+pub struct HeartbeatParams {
+    pub db: Db,
+    pub claim: Claim,
+    pub clock: SharedClock,
+    pub lease: Duration,
+    pub interval: Duration,
+    pub self_fence: Arc<SelfFence>,
+    /// Cancelled when ownership is lost.
+    pub lost: CancellationToken,
+}
+
+impl Heartbeat {
+    pub fn spawn(p: HeartbeatParams) -> Heartbeat {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(p, stop.clone()));
+        Heartbeat { stop, task }
+    }
+
+    /// Stops renewing and waits for an in-flight renewal to finish.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+async fn run(p: HeartbeatParams, stop: CancellationToken) {
+    let lease_ms = i64::try_from(p.lease.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = p.lost.cancelled() => return,
+            _ = tokio::time::sleep(p.interval) => {}
+        }
+        let at = p.clock.monotonic();
+        let now_ms = p.clock.now_ms();
+        let claim = p.claim.clone();
+        let result =
+            p.db.with_conn(move |conn| renew(conn, &claim, now_ms, lease_ms))
+                .await;
+        match result {
+            Ok(()) => p.self_fence.renewed(at),
+            Err(Error::FenceLost { .. }) => {
+                tracing::warn!(execution = %p.claim.execution_id, "claim lost: stopping the execution");
+                p.lost.cancel();
+                return;
+            }
+            Err(e) => {
+                // Busy or transient: the next tick tries again; the self-fence stops
+                // dispatch if renewals keep failing.
+                tracing::warn!(execution = %p.claim.execution_id, error = %e, "heartbeat failed");
+            }
+        }
+    }
+}

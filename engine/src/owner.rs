@@ -1,0 +1,315 @@
+//! Owners (SPEC §4.11): each engine instance registers an `owner` row and holds an
+//! exclusive OS lock on its own file under `<data dir>/owners/` for its whole life.
+//! The kernel releases that lock when the process dies, however it dies, so "the lock
+//! can be taken" proves the owner dead — but only on this host, and only with the
+//! lock file in hand. Without that proof only time expires a claim.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, Row, Transaction, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::ids;
+
+/// A registered, locked owner: this engine instance.
+#[derive(Debug)]
+pub struct Owner {
+    pub id: String,
+    pub pid: u32,
+    pub hostname: String,
+    pub lock_path: PathBuf,
+    /// Held open and locked for the owner's life; the lock dies with the process.
+    _lock: File,
+}
+
+/// An `owner` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OwnerRow {
+    pub id: String,
+    pub pid: i64,
+    pub hostname: String,
+    pub time_started: i64,
+    pub lock_path: Option<String>,
+}
+
+/// What the lock probe can prove about an owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Liveness {
+    /// Its lock is held: the process lives (or its lock file is held by a probe).
+    Alive,
+    /// Same host, lock file present and lockable: the process is gone.
+    Dead,
+    /// Another host, or no lock file: nothing is proven.
+    Unknown,
+}
+
+impl Owner {
+    /// Creates and locks a lock file under `owners_dir`, then records the owner.
+    /// The lock is taken before the row exists, so no probe can see the row unlocked.
+    pub fn register(tx: &Transaction<'_>, owners_dir: &Path, now_ms: i64) -> Result<Owner> {
+        let owner = Owner::lock(owners_dir, now_ms)?;
+        tx.execute(
+            "INSERT INTO owner (id, pid, hostname, time_started, lock_path) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                owner.id,
+                owner.pid,
+                owner.hostname,
+                now_ms,
+                owner.lock_path.to_string_lossy()
+            ],
+        )?;
+        Ok(owner)
+    }
+
+    /// Creates and locks this instance's lock file (no database write).
+    pub fn lock(owners_dir: &Path, now_ms: i64) -> Result<Owner> {
+        std::fs::create_dir_all(owners_dir).map_err(|e| Error::DatabaseAccess {
+            path: owners_dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let id = ids::new(ids::OWNER, now_ms);
+        let lock_path = owners_dir.join(format!("{id}.lock"));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&lock_path)?;
+        file.try_lock().map_err(|e| match e {
+            TryLockError::Error(e) => Error::Io(e),
+            TryLockError::WouldBlock => Error::Invalid(format!(
+                "the new owner lock {} is already locked",
+                lock_path.display()
+            )),
+        })?;
+        Ok(Owner {
+            id,
+            pid: std::process::id(),
+            hostname: hostname(),
+            lock_path,
+            _lock: file,
+        })
+    }
+
+    /// Unregisters on a clean shutdown: the row goes if no claim names it, and the
+    /// lock file goes with it. Claims still held stay for recovery.
+    pub fn release(self, conn: &mut Connection) -> Result<()> {
+        let removed = crate::store::write(conn, |tx| remove_if_idle(tx, &self.id))?;
+        if removed {
+            let _ = std::fs::remove_file(&self.lock_path);
+        }
+        Ok(())
+    }
+}
+
+fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
+    Ok(OwnerRow {
+        id: r.get(0)?,
+        pid: r.get(1)?,
+        hostname: r.get(2)?,
+        time_started: r.get(3)?,
+        lock_path: r.get(4)?,
+    })
+}
+
+/// Every owner row.
+pub fn all(conn: &Connection) -> Result<Vec<OwnerRow>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, pid, hostname, time_started, lock_path FROM owner ORDER BY time_started, id",
+    )?;
+    let rows = stmt.query_map([], owner_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn get(conn: &Connection, id: &str) -> Result<Option<OwnerRow>> {
+    use rusqlite::OptionalExtension;
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, pid, hostname, time_started, lock_path FROM owner WHERE id = ?1",
+    )?;
+    Ok(stmt.query_row([id], owner_row).optional()?)
+}
+
+/// Deletes the owner row if it holds no claim. Returns whether it did.
+pub fn remove_if_idle(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
+    let n = tx.execute(
+        "DELETE FROM owner WHERE id = ?1
+         AND NOT EXISTS (SELECT 1 FROM session_execution WHERE owner_id = ?1)",
+        [owner_id],
+    )?;
+    Ok(n == 1)
+}
+
+/// Is `owner` provably dead? Only an owner of this host whose lock file exists and
+/// can be locked is. Never says `Dead` for a live process.
+pub fn probe(owner: &OwnerRow) -> Liveness {
+    if owner.hostname != hostname() {
+        return Liveness::Unknown;
+    }
+    let Some(path) = owner.lock_path.as_deref() else {
+        return Liveness::Unknown;
+    };
+    let file = match OpenOptions::new().read(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Liveness::Unknown,
+        Err(_) => return Liveness::Unknown,
+    };
+    match file.try_lock() {
+        Ok(()) => Liveness::Dead,
+        Err(TryLockError::WouldBlock) => Liveness::Alive,
+        Err(TryLockError::Error(_)) => Liveness::Unknown,
+    }
+}
+
+/// Expires at once (`expires_at = now`) the live claims of an owner proven dead, so
+/// recovery can take them without waiting out the lease (SPEC §4.11). Claims whose
+/// `expires_at` is not an integer are left for recovery to quarantine.
+pub fn expire_claims_of_dead(tx: &Transaction<'_>, owner_id: &str, now_ms: i64) -> Result<usize> {
+    Ok(tx.execute(
+        "UPDATE session_execution SET expires_at = ?2
+         WHERE owner_id = ?1 AND recovery_error IS NULL
+           AND typeof(expires_at) = 'integer' AND expires_at > ?2",
+        params![owner_id, now_ms],
+    )?)
+}
+
+/// Removes a dead owner: its row when it holds no claim, and then its lock file.
+pub fn forget_dead(tx: &Transaction<'_>, owner: &OwnerRow) -> Result<bool> {
+    let removed = remove_if_idle(tx, &owner.id)?;
+    if removed && let Some(path) = &owner.lock_path {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(removed)
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is valid for `buf.len()` bytes; gethostname NUL-terminates
+        // within that length on success.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        if rc == 0 {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).into_owned()
+        } else {
+            "localhost".into()
+        }
+    })
+    .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::Store;
+    use pretty_assertions::assert_eq;
+
+    fn store() -> Store {
+        Store::open_in_memory(&ManualClock::new(0)).unwrap()
+    }
+
+    fn row(id: &str, hostname: String, lock_path: Option<&Path>) -> OwnerRow {
+        OwnerRow {
+            id: id.into(),
+            pid: 1,
+            hostname,
+            time_started: 0,
+            lock_path: lock_path.map(|p| p.to_string_lossy().into_owned()),
+        }
+    }
+
+    #[test]
+    fn r4_11_a_registered_owner_is_alive_while_it_holds_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store();
+        let owner = store
+            .write(|tx| Owner::register(tx, dir.path(), 5))
+            .unwrap();
+        let rows = all(store.conn()).unwrap();
+        assert_eq!(
+            rows,
+            vec![OwnerRow {
+                id: owner.id.clone(),
+                pid: i64::from(std::process::id()),
+                hostname: hostname(),
+                time_started: 5,
+                lock_path: Some(owner.lock_path.to_string_lossy().into_owned()),
+            }]
+        );
+        assert_eq!(probe(&rows[0]), Liveness::Alive);
+        owner.release(store.conn_mut()).unwrap();
+        assert_eq!(all(store.conn()).unwrap(), vec![]);
+        assert!(!rows[0].lock_path.as_ref().map(Path::new).unwrap().exists());
+    }
+
+    #[test]
+    fn r4_11_only_a_lockable_lock_file_on_this_host_proves_death() {
+        let dir = tempfile::tempdir().unwrap();
+        let unlocked = dir.path().join("own_dead.lock");
+        std::fs::write(&unlocked, b"").unwrap();
+        assert_eq!(
+            probe(&row("own_dead", hostname(), Some(&unlocked))),
+            Liveness::Dead
+        );
+        assert_eq!(
+            probe(&row(
+                "own_far",
+                format!("{}-elsewhere", hostname()),
+                Some(&unlocked)
+            )),
+            Liveness::Unknown
+        );
+        let missing = dir.path().join("own_gone.lock");
+        assert_eq!(
+            probe(&row("own_gone", hostname(), Some(&missing))),
+            Liveness::Unknown
+        );
+        assert_eq!(probe(&row("own_none", hostname(), None)), Liveness::Unknown);
+    }
+
+    #[test]
+    fn r4_11_a_dead_owners_live_claims_expire_at_once_and_it_is_forgotten_when_idle() {
+        let mut store = store();
+        store
+            .conn()
+            .execute_batch(
+                "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0), ('ses_2', 't', '/', 0, 0);
+                 INSERT INTO owner VALUES ('own_dead', 1, 'h', 0, NULL);
+                 INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
+                     VALUES ('exe_1', 'ses_1', 'own_dead', 'ready', 0, 50000),
+                            ('exe_2', 'ses_2', 'own_live', 'ready', 0, 50000);",
+            )
+            .unwrap();
+        let n = store
+            .write(|tx| expire_claims_of_dead(tx, "own_dead", 1_000))
+            .unwrap();
+        assert_eq!(n, 1);
+        let expiries: Vec<(String, i64)> = store
+            .conn()
+            .prepare("SELECT id, expires_at FROM session_execution ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            expiries,
+            vec![("exe_1".into(), 1_000), ("exe_2".into(), 50_000)]
+        );
+        let dead = get(store.conn(), "own_dead").unwrap().unwrap();
+        assert!(
+            !store.write(|tx| forget_dead(tx, &dead)).unwrap(),
+            "forgot an owner with a claim"
+        );
+        store
+            .conn()
+            .execute("DELETE FROM session_execution WHERE id = 'exe_1'", [])
+            .unwrap();
+        assert!(store.write(|tx| forget_dead(tx, &dead)).unwrap());
+    }
+}

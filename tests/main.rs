@@ -3,4 +3,5 @@
 mod support;
 
 mod claims;
+mod run;
 mod store_refusals;

@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 /// Starts file logging in `dir`. The guard flushes on drop; hold it for the
 /// process's life. Without a writable `dir`, logging is off rather than fatal.
 pub fn init(dir: &Path) -> Option<WorkerGuard> {
+    std::fs::create_dir_all(dir).ok()?;
     let appender = Builder::new()
         .rotation(Rotation::DAILY)
         .filename_prefix("steward")

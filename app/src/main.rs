@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
+mod context;
 mod logging;
 mod paths;
 
@@ -23,6 +24,7 @@ mod exit {
     pub const FAILURE: u8 = 1;
     pub const REFUSED: u8 = 3;
     pub const BUSY: u8 = 4;
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// Steward: a crash-safe local agent runtime.
@@ -54,6 +56,23 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a prompt headless: admit it (to a new session unless --session), run until
+    /// the session is idle, and stream the assistant's text to stdout.
+    Run(commands::run::RunArgs),
+    /// List sessions with their state. Never recovers or runs anything.
+    Sessions {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session's transcript, synthetic messages and tool states included.
+    Show {
+        /// The session id (`ses_…`).
+        session: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check integrity, schema version, and that every projection equals a replay of
     /// its event log. Never recovers or runs anything.
     Doctor {
@@ -94,8 +113,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let store = open_store(&paths, clock.as_ref())?;
     let _log_guard = logging::init(&paths.logs);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), data_dir = %paths.data_dir.display(), "steward started");
-    let _ = &config;
+    let ctx = context::Context {
+        paths,
+        config,
+        clock,
+    };
     match command {
+        Command::Run(args) => commands::run::run(&ctx, store, args),
+        Command::Sessions { json } => commands::sessions::run(&store, ctx.clock.now_ms(), json),
+        Command::Show { session, json } => commands::show::run(&store, &session, json),
         Command::Doctor { json } => commands::doctor::run(&store, json),
     }
 }

@@ -264,6 +264,7 @@ pub struct Fenced<'a, 'c> {
     claim: &'a Claim,
     now_ms: i64,
     phase: Phase,
+    appended: Vec<EventRecord>,
 }
 
 impl<'a, 'c> Fenced<'a, 'c> {
@@ -294,6 +295,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
             claim,
             now_ms,
             phase,
+            appended: Vec::new(),
         })
     }
 
@@ -314,14 +316,21 @@ impl<'a, 'c> Fenced<'a, 'c> {
     }
 
     /// Appends an event under this claim (owner, execution, epoch recorded).
-    pub fn append(&self, event: Event) -> Result<EventRecord> {
-        append(
+    pub fn append(&mut self, event: Event) -> Result<EventRecord> {
+        let record = append(
             self.tx,
             &self.claim.session_id,
             Some(&self.claim.origin()),
             self.now_ms,
             event,
-        )
+        )?;
+        self.appended.push(record.clone());
+        Ok(record)
+    }
+
+    /// The events appended so far in this transaction.
+    pub fn take_appended(&mut self) -> Vec<EventRecord> {
+        std::mem::take(&mut self.appended)
     }
 
     fn update_claim(&self, set: &str, value: &dyn rusqlite::ToSql) -> Result<()> {
@@ -375,7 +384,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
 
     /// Deletes the exact claim, unless an input of the session waits for a wake
     /// (SPEC §4.7). Must be in the same transaction as the execution's last event.
-    pub fn clear(self) -> Result<Cleared> {
+    pub fn clear(&mut self) -> Result<Cleared> {
         let c = self.claim;
         let n = self
             .tx
@@ -395,7 +404,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
 
     /// User cancellation in one transaction (SPEC §4.8): `step.interrupted` (which
     /// errors the assistant and its open tools) and the exact claim deleted.
-    pub fn cancel(self, message_id: Option<&str>) -> Result<EventRecord> {
+    pub fn cancel(&mut self, message_id: Option<&str>) -> Result<EventRecord> {
         let record = self.append(Event::StepInterrupted {
             execution_id: self.claim.execution_id.clone(),
             message_id: message_id.map(str::to_string),

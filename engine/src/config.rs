@@ -15,6 +15,7 @@ pub struct Config {
     pub lease: LeaseConfig,
     pub recovery: RecoveryConfig,
     pub compaction: CompactionConfig,
+    pub agent: AgentConfig,
 }
 
 impl Config {
@@ -141,6 +142,20 @@ impl Default for CompactionConfig {
         CompactionConfig {
             token_budget: 48_000,
         }
+    }
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Provider steps one prompt may take before the turn is stopped.
+    pub max_steps: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig { max_steps: 50 }
     }
 }
 

@@ -10,16 +10,26 @@
 pub mod claim;
 pub mod clock;
 pub mod config;
+pub mod coordinator;
 pub mod db;
 pub mod doctor;
+pub mod engine;
 pub mod error;
 pub mod events;
 pub mod failpoint;
 pub mod ids;
+pub mod inspect;
 pub mod message;
 pub mod owner;
 pub mod phase;
 pub mod projection;
+pub mod provider;
+pub mod runner;
 pub mod store;
+pub mod tools;
 
+pub use engine::{Engine, EngineOptions};
+
+#[cfg(test)]
+pub(crate) mod testing;
 pub use error::{Error, Result};

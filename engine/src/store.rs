@@ -10,6 +10,7 @@ pub mod events;
 pub mod migrate;
 pub mod open;
 pub mod rows;
+pub mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

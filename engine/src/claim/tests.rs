@@ -103,7 +103,7 @@ fn write_functions() -> Vec<(&'static str, WriteFn)> {
             Fenced::check(tx, c, now)?.set_assistant("msg_x")
         }),
         ("unset_assistant", |tx, c, now| {
-            let f = Fenced::check(tx, c, now)?;
+            let mut f = Fenced::check(tx, c, now)?;
             f.append(Event::StepStarted {
                 message_id: "msg_a".into(),
                 execution_id: c.execution_id.clone(),
@@ -183,7 +183,7 @@ fn r4_3_acquire_snapshots_the_latest_assistant_seq() {
     assert_eq!(row.expires_at(), Some(T0 + LEASE));
     store
         .write(|tx| {
-            let f = Fenced::check(tx, &claim, T0)?;
+            let mut f = Fenced::check(tx, &claim, T0)?;
             f.append(Event::StepStarted {
                 message_id: "msg_a".into(),
                 execution_id: claim.execution_id.clone(),

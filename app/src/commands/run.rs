@@ -1,0 +1,246 @@
+//! `steward run [--session ID] [--title T] [--dir PATH] [--json] [--yes] PROMPT...`:
+//! admit the prompt, run until the session is idle, stream the assistant's text to
+//! stdout (`--json`: one JSON event per line). Ctrl-C cancels the execution, records
+//! the cancellation, and exits 130.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::json;
+use steward_engine::Engine;
+use steward_engine::coordinator::SessionOutcome;
+use steward_engine::events::{Event, EventRecord};
+use steward_engine::runner::{EngineEvent, Outcome};
+use steward_engine::store::{Store, rows};
+use steward_engine::tools::Headless;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::context::{Context, runtime};
+use crate::exit;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Continue this session instead of starting a new one.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// The new session's title (default: the start of the prompt).
+    #[arg(long, value_name = "T")]
+    pub title: Option<String>,
+    /// The new session's directory (default: the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON event per line instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    /// Allow every tool, not only those in `tools.allow`.
+    #[arg(long)]
+    pub yes: bool,
+    /// What to ask.
+    #[arg(required = true, value_name = "PROMPT")]
+    pub prompt: Vec<String>,
+}
+
+pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
+    runtime()?.block_on(async move {
+        let engine = ctx
+            .start_engine(
+                store,
+                Arc::new(Headless {
+                    allow_all: args.yes,
+                }),
+            )
+            .await?;
+        let result = drive(&engine, &args).await;
+        engine.shutdown().await?;
+        result
+    })
+}
+
+async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
+    let prompt = args.prompt.join(" ");
+    let session_id = match &args.session {
+        Some(id) => {
+            let id2 = id.clone();
+            if engine
+                .db()
+                .read(move |c| rows::session(c, &id2))
+                .await?
+                .is_none()
+            {
+                bail!("session {id} not found");
+            }
+            id.clone()
+        }
+        None => {
+            let dir = match &args.dir {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir()?,
+            };
+            let dir = dir
+                .canonicalize()
+                .with_context(|| format!("session directory {}", dir.display()))?;
+            if !dir.is_dir() {
+                bail!("session directory {} is not a directory", dir.display());
+            }
+            let title = args.title.clone().unwrap_or_else(|| title_from(&prompt));
+            engine
+                .create_session(&title, &dir.to_string_lossy())
+                .await?
+                .id
+        }
+    };
+    let mut events = engine.subscribe();
+    engine.admit_unless_busy(&session_id, &prompt).await?;
+    if !args.json {
+        eprintln!("session {session_id}");
+    }
+    let mut printer = Printer {
+        json: args.json,
+        session_id: session_id.clone(),
+        mid_line: false,
+    };
+    let mut interrupted = false;
+    let outcome = {
+        let idle = engine.wait_idle(&session_id);
+        tokio::pin!(idle);
+        loop {
+            tokio::select! {
+                outcome = &mut idle => break outcome,
+                event = events.recv() => match event {
+                    Ok(event) => printer.show(&event),
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => {}
+                },
+                _ = tokio::signal::ctrl_c(), if !interrupted => {
+                    interrupted = true;
+                    engine.cancel(&session_id);
+                }
+            }
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        printer.show(&event);
+    }
+    printer.end_line();
+    let (code, label, detail) = match &outcome {
+        _ if interrupted => (exit::INTERRUPTED, "cancelled", None),
+        Some(SessionOutcome::Ran(Outcome::Idle)) | None => (0, "idle", None),
+        Some(SessionOutcome::Ran(Outcome::Cancelled)) => (exit::INTERRUPTED, "cancelled", None),
+        Some(SessionOutcome::Ran(Outcome::Failed(m))) => (exit::FAILURE, "failed", Some(m.clone())),
+        Some(SessionOutcome::Ran(Outcome::Lost)) => (
+            exit::FAILURE,
+            "lost",
+            Some("another owner took the session over".to_string()),
+        ),
+        Some(SessionOutcome::Ran(Outcome::Error(m)) | SessionOutcome::Error(m)) => {
+            (exit::FAILURE, "error", Some(m.clone()))
+        }
+        Some(SessionOutcome::Busy { owner_id }) => (
+            exit::BUSY,
+            "busy",
+            Some(format!("the session is held by owner {owner_id}")),
+        ),
+        Some(SessionOutcome::AwaitingRecovery { execution_id }) => (
+            exit::FAILURE,
+            "waiting",
+            Some(format!("execution {execution_id} waits for recovery")),
+        ),
+        Some(SessionOutcome::Quarantined {
+            execution_id,
+            reason,
+        }) => (
+            exit::FAILURE,
+            "quarantined",
+            Some(format!("execution {execution_id} is quarantined: {reason}")),
+        ),
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": detail})
+        );
+    } else if let Some(detail) = &detail {
+        eprintln!("steward: {detail}");
+    } else if interrupted {
+        eprintln!("steward: cancelled");
+    }
+    Ok(ExitCode::from(code))
+}
+
+fn title_from(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or_default().trim();
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}
+
+struct Printer {
+    json: bool,
+    session_id: String,
+    mid_line: bool,
+}
+
+impl Printer {
+    fn show(&mut self, event: &EngineEvent) {
+        let EngineEvent::Committed(record) = event else {
+            return;
+        };
+        if record.session_id != self.session_id {
+            return;
+        }
+        if self.json {
+            println!("{}", event_json(record));
+            return;
+        }
+        let mut out = std::io::stdout();
+        match &record.event {
+            Event::StepText { text, .. } => {
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+                self.mid_line = !text.ends_with('\n');
+            }
+            Event::StepEnded { .. } => self.end_line(),
+            Event::ToolCalled { tool, input, .. } => {
+                self.end_line();
+                eprintln!("→ {tool} {input}");
+            }
+            Event::ToolCompleted { output, .. } => {
+                let lines = output.lines().count();
+                eprintln!(
+                    "  ✓ done ({lines} line{} of output)",
+                    if lines == 1 { "" } else { "s" }
+                );
+            }
+            Event::ToolFailed { error, .. } => eprintln!("  ✗ {error}"),
+            Event::StepFailed { error, .. } => {
+                self.end_line();
+                eprintln!("steward: the step failed: {}", error.message);
+            }
+            _ => {}
+        }
+    }
+
+    fn end_line(&mut self) {
+        if self.mid_line && !self.json {
+            println!();
+        }
+        self.mid_line = false;
+    }
+}
+
+fn event_json(record: &EventRecord) -> serde_json::Value {
+    let data: serde_json::Value =
+        serde_json::from_str(&record.event.data_json()).unwrap_or_default();
+    json!({
+        "type": record.event.kind(),
+        "session_id": record.session_id,
+        "seq": record.seq,
+        "time_created": record.time_created,
+        "data": data,
+    })
+}

@@ -1,0 +1,86 @@
+//! `steward show SESSION [--json]`: the transcript, synthetic messages and tool states
+//! included. Never recovers or runs anything.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+use steward_engine::message::{MessageData, Part};
+use steward_engine::store::{Store, rows};
+
+pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
+    let conn = store.conn();
+    let Some(session) = rows::session(conn, session_id)? else {
+        bail!("session {session_id} not found");
+    };
+    let messages = rows::messages(conn, session_id)?;
+    let pending = rows::pending_inputs(conn, session_id)?;
+    if json {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                json!({"id": m.id, "type": m.data.kind().as_str(), "seq": m.seq,
+                       "time_created": m.time_created,
+                       "data": serde_json::from_str::<Value>(&m.data.to_json()).unwrap_or(Value::Null)})
+            })
+            .collect();
+        let pending: Vec<Value> = pending
+            .iter()
+            .map(|i| {
+                json!({"id": i.id, "prompt": i.prompt, "delivery": i.delivery.as_str(),
+                       "admitted_seq": i.admitted_seq, "wake_pending": i.wake_pending,
+                       "time_created": i.time_created})
+            })
+            .collect();
+        let out = json!({
+            "session": {"id": session.id, "title": session.title, "directory": session.directory,
+                        "time_created": session.time_created, "time_updated": session.time_updated},
+            "messages": messages,
+            "pending_inputs": pending,
+        });
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}  {}  ({})", session.id, session.title, session.directory);
+    for m in &messages {
+        println!();
+        match &m.data {
+            MessageData::User(u) => println!("you: {}", u.text),
+            MessageData::Synthetic(s) => match &s.label {
+                Some(label) => println!("[{label}] {}", s.text),
+                None => println!("[steward] {}", s.text),
+            },
+            MessageData::Assistant(a) => {
+                println!("assistant ({}/{}):", a.provider, a.model);
+                for part in &a.parts {
+                    match part {
+                        Part::Text { text, .. } => println!("{text}"),
+                        Part::Tool(t) => {
+                            println!(
+                                "  [{} {}] {}",
+                                t.tool,
+                                t.state.status.as_str(),
+                                t.state.input
+                            );
+                            if let Some(error) = &t.state.error {
+                                println!("    error: {error}");
+                            }
+                            if let Some(output) = &t.state.output {
+                                for line in output.lines().take(20) {
+                                    println!("    {line}");
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(error) = &a.error {
+                    println!("  ({}: {})", error.kind, error.message);
+                }
+            }
+        }
+    }
+    for input in &pending {
+        println!("\n(pending {}) {}", input.delivery.as_str(), input.prompt);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,52 @@
+//! What every command gets: resolved paths, the config, the clock — and, for the
+//! commands that run sessions, a started engine.
+
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow};
+use steward_engine::clock::SharedClock;
+use steward_engine::config::Config;
+use steward_engine::db::Db;
+use steward_engine::store::Store;
+use steward_engine::tools::{Permission, ToolRegistry};
+use steward_engine::{Engine, EngineOptions};
+
+use crate::paths::Paths;
+
+#[derive(Debug)]
+pub struct Context {
+    pub paths: Paths,
+    pub config: Config,
+    pub clock: SharedClock,
+}
+
+impl Context {
+    /// Starts an engine over `store`: registers this process as an owner.
+    pub async fn start_engine(
+        &self,
+        store: Store,
+        permission: Arc<dyn Permission>,
+    ) -> Result<Engine> {
+        let provider =
+            steward_engine::provider::from_config(&self.config.provider).map_err(|e| anyhow!(e))?;
+        let engine = Engine::start(EngineOptions {
+            db: Db::start(store),
+            owners_dir: self.paths.owners.clone(),
+            clock: self.clock.clone(),
+            config: self.config.clone(),
+            provider,
+            tools: ToolRegistry::standard(),
+            permission,
+        })
+        .await?;
+        Ok(engine)
+    }
+}
+
+/// A runtime for the commands that run sessions.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,258 @@
+//! Building a provider conversation from the transcript.
+//!
+//! The transcript is valid at every step boundary (SPEC §3.4): every tool call has a
+//! result, so the request is always well-formed. A compaction summary stands for
+//! everything before it.
+
+use crate::message::{MessageData, Part, SyntheticKind, ToolStatus};
+use crate::projection::MessageRow;
+use crate::provider::{ChatMessage, ToolCall};
+
+/// The system prompt every step starts with.
+pub fn system_prompt(directory: &str) -> String {
+    format!(
+        "You are a coding agent run by Steward. You work in the directory {directory}. \
+         Use the tools to inspect and change files and to run commands; relative paths \
+         resolve against that directory. Be brief."
+    )
+}
+
+/// The conversation for the next request, from messages in transcript order.
+pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage> {
+    let mut out = vec![ChatMessage::System(system_prompt(directory))];
+    let start = messages
+        .iter()
+        .rposition(
+            |m| matches!(&m.data, MessageData::Synthetic(s) if s.kind == SyntheticKind::Compaction),
+        )
+        .unwrap_or(0);
+    for message in &messages[start..] {
+        match &message.data {
+            MessageData::User(u) => out.push(ChatMessage::User(u.text.clone())),
+            MessageData::Synthetic(s) => match s.kind {
+                SyntheticKind::Compaction => out.push(ChatMessage::User(format!(
+                    "Summary of the conversation so far:\n{}",
+                    s.text
+                ))),
+                SyntheticKind::Continuation => out.push(ChatMessage::User(s.text.clone())),
+                SyntheticKind::Recovery | SyntheticKind::Interrupted => {
+                    out.push(ChatMessage::User(format!("[Steward] {}", s.text)))
+                }
+            },
+            MessageData::Assistant(a) => {
+                let text: String = a.text_parts().concat();
+                let mut calls = Vec::new();
+                let mut results = Vec::new();
+                for part in &a.parts {
+                    let Part::Tool(t) = part else { continue };
+                    calls.push(ToolCall {
+                        call_id: t.call_id.clone(),
+                        tool: t.tool.clone(),
+                        input: t.state.input.clone(),
+                    });
+                    let content = match t.state.status {
+                        ToolStatus::Completed => t.state.output.clone().unwrap_or_default(),
+                        ToolStatus::Error => {
+                            format!("Error: {}", t.state.error.as_deref().unwrap_or("failed"))
+                        }
+                        ToolStatus::Pending | ToolStatus::Running => {
+                            "Error: the tool has no result".to_string()
+                        }
+                    };
+                    results.push(ChatMessage::ToolResult {
+                        call_id: t.call_id.clone(),
+                        content,
+                    });
+                }
+                if text.is_empty() && calls.is_empty() {
+                    continue;
+                }
+                out.push(ChatMessage::Assistant {
+                    text,
+                    tool_calls: calls,
+                });
+                out.extend(results);
+            }
+        }
+    }
+    out
+}
+
+/// A rough token count: about four characters per token.
+pub fn estimate_tokens(messages: &[ChatMessage]) -> usize {
+    let chars: usize = messages
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System(t) | ChatMessage::User(t) => t.len(),
+            ChatMessage::Assistant { text, tool_calls } => {
+                text.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.tool.len() + c.input.to_string().len())
+                        .sum::<usize>()
+            }
+            ChatMessage::ToolResult { content, .. } => content.len(),
+        })
+        .sum();
+    chars.div_ceil(4)
+}
+
+/// The instruction appended to a compaction request.
+pub const COMPACTION_INSTRUCTION: &str = "Summarise the conversation so far for yourself: \
+     the task, what was done, what was found, and what is left to do. Keep file names, \
+     commands and decisions. Answer with the summary only.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{
+        AssistantData, MessageTime, SyntheticData, ToolPart, ToolState, UserData,
+    };
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn row(seq: i64, data: MessageData) -> MessageRow {
+        MessageRow {
+            id: format!("msg_{seq}"),
+            session_id: "ses_1".into(),
+            seq,
+            time_created: 0,
+            time_updated: 0,
+            data,
+        }
+    }
+
+    #[test]
+    fn r3_4_every_tool_call_is_followed_by_its_result() {
+        let mut done = ToolState::pending(json!({"path": "."}));
+        done.status = ToolStatus::Completed;
+        done.output = Some("a.txt".into());
+        let mut failed = ToolState::pending(json!({}));
+        failed.status = ToolStatus::Error;
+        failed.error = Some("Tool execution outcome unknown after server restart".into());
+        let messages = vec![
+            row(
+                1,
+                MessageData::User(UserData {
+                    input_id: "inp_1".into(),
+                    text: "hi".into(),
+                }),
+            ),
+            row(
+                2,
+                MessageData::Assistant(AssistantData {
+                    execution_id: "exe_1".into(),
+                    provider: "p".into(),
+                    model: "m".into(),
+                    time: MessageTime {
+                        created: 0,
+                        completed: Some(1),
+                    },
+                    finish: None,
+                    error: None,
+                    usage: None,
+                    parts: vec![
+                        Part::Text {
+                            id: "prt_1".into(),
+                            text: "Looking.".into(),
+                        },
+                        Part::Tool(ToolPart {
+                            id: "p2".into(),
+                            call_id: "c1".into(),
+                            tool: "list_dir".into(),
+                            state: done,
+                        }),
+                        Part::Tool(ToolPart {
+                            id: "p3".into(),
+                            call_id: "c2".into(),
+                            tool: "run_command".into(),
+                            state: failed,
+                        }),
+                    ],
+                }),
+            ),
+            row(
+                3,
+                MessageData::Synthetic(SyntheticData {
+                    kind: SyntheticKind::Continuation,
+                    text: "Continue.".into(),
+                    label: None,
+                    execution_id: None,
+                    input_id: None,
+                    through_seq: None,
+                    phase: None,
+                }),
+            ),
+        ];
+        let conversation = conversation("/w", &messages);
+        assert_eq!(
+            conversation[1..].to_vec(),
+            vec![
+                ChatMessage::User("hi".into()),
+                ChatMessage::Assistant {
+                    text: "Looking.".into(),
+                    tool_calls: vec![
+                        ToolCall {
+                            call_id: "c1".into(),
+                            tool: "list_dir".into(),
+                            input: json!({"path": "."})
+                        },
+                        ToolCall {
+                            call_id: "c2".into(),
+                            tool: "run_command".into(),
+                            input: json!({})
+                        },
+                    ],
+                },
+                ChatMessage::ToolResult {
+                    call_id: "c1".into(),
+                    content: "a.txt".into()
+                },
+                ChatMessage::ToolResult {
+                    call_id: "c2".into(),
+                    content: "Error: Tool execution outcome unknown after server restart".into()
+                },
+                ChatMessage::User("Continue.".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_compaction_summary_stands_for_everything_before_it() {
+        let summary = MessageData::Synthetic(SyntheticData {
+            kind: SyntheticKind::Compaction,
+            text: "did things".into(),
+            label: None,
+            execution_id: None,
+            input_id: None,
+            through_seq: Some(1),
+            phase: None,
+        });
+        let messages = vec![
+            row(
+                1,
+                MessageData::User(UserData {
+                    input_id: "i".into(),
+                    text: "old".into(),
+                }),
+            ),
+            row(3, summary),
+            row(
+                4,
+                MessageData::User(UserData {
+                    input_id: "j".into(),
+                    text: "new".into(),
+                }),
+            ),
+        ];
+        let conversation = conversation("/w", &messages);
+        assert_eq!(
+            conversation[1..].to_vec(),
+            vec![
+                ChatMessage::User("Summary of the conversation so far:\ndid things".into()),
+                ChatMessage::User("new".into()),
+            ]
+        );
+        assert!(estimate_tokens(&conversation) > 0);
+    }
+}

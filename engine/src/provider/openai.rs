@@ -1,0 +1,303 @@
+//! The `openai` provider: any OpenAI-compatible `/chat/completions` endpoint with SSE
+//! streaming (Ollama, llama.cpp server, vLLM, LM Studio, hosted APIs). Tool calls
+//! arrive as fragments keyed by index and are assembled before they are reported.
+//!
+//! Failures are readable: 429 and 5xx (and a refused connection) before any output
+//! are retryable; a malformed chunk or a stream that ends early is not.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::config::ProviderConfig;
+use crate::message::{Finish, Usage};
+use crate::provider::{
+    ChatMessage, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream,
+    StreamSender, ToolCall,
+};
+
+/// Talks to one OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    client: reqwest::Client,
+    endpoint: String,
+    model: String,
+    api_key: Option<String>,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: &ProviderConfig) -> Result<OpenAiProvider, String> {
+        // One process-wide TLS crypto provider; a second install is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let api_key = match &config.api_key_env {
+            Some(var) => Some(
+                std::env::var(var)
+                    .map_err(|_| format!("provider.api_key_env names {var}, which is not set"))?,
+            ),
+            None => None,
+        };
+        let timeout = Duration::from_millis(config.request_timeout_ms);
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeout.min(Duration::from_secs(30)))
+            .read_timeout(timeout)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(OpenAiProvider {
+            client,
+            endpoint: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            model: config.model.clone().unwrap_or_else(|| "default".into()),
+            api_key,
+        })
+    }
+
+    fn body(&self, request: &ProviderRequest) -> Value {
+        let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+        }
+        body
+    }
+}
+
+fn wire_message(message: &ChatMessage) -> Value {
+    match message {
+        ChatMessage::System(text) => json!({"role": "system", "content": text}),
+        ChatMessage::User(text) => json!({"role": "user", "content": text}),
+        ChatMessage::Assistant { text, tool_calls } => {
+            let mut m = json!({"role": "assistant", "content": text});
+            if !tool_calls.is_empty() {
+                m["tool_calls"] = tool_calls
+                    .iter()
+                    .map(|c| {
+                        let arguments = match &c.input {
+                            Value::String(raw) => raw.clone(),
+                            other => other.to_string(),
+                        };
+                        json!({"id": c.call_id, "type": "function",
+                               "function": {"name": c.tool, "arguments": arguments}})
+                    })
+                    .collect();
+            }
+            m
+        }
+        ChatMessage::ToolResult { call_id, content } => {
+            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn stream(&self, request: ProviderRequest) -> ProviderStream {
+        let mut http = self
+            .client
+            .post(&self.endpoint)
+            .json_body(&self.body(&request));
+        if let Some(key) = &self.api_key {
+            http = http.bearer_auth(key);
+        }
+        ProviderStream::spawn(move |tx| async move {
+            if let Err(error) = run(http, &tx).await {
+                tx.send(Err(error)).await;
+            }
+        })
+    }
+}
+
+/// `RequestBuilder::json` without reqwest's `json` feature.
+trait JsonBody {
+    fn json_body(self, body: &Value) -> Self;
+}
+
+impl JsonBody for reqwest::RequestBuilder {
+    fn json_body(self, body: &Value) -> Self {
+        self.header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+    }
+}
+
+async fn run(http: reqwest::RequestBuilder, tx: &StreamSender) -> Result<(), ProviderError> {
+    let response = http.send().await.map_err(|e| {
+        if e.is_connect() || e.is_timeout() {
+            ProviderError::retryable(format!("cannot reach the provider: {e}"))
+        } else {
+            ProviderError::fatal(format!("the provider request failed: {e}"))
+        }
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        let snippet: String = body.chars().take(300).collect();
+        let message = format!("the provider answered HTTP {status}: {}", snippet.trim());
+        return Err(if status.as_u16() == 429 || status.is_server_error() {
+            ProviderError::retryable(message)
+        } else {
+            ProviderError::fatal(message)
+        });
+    }
+    let mut events = response.bytes_stream().eventsource();
+    let mut assembly = Assembly::default();
+    while let Some(event) = events.next().await {
+        let event = event
+            .map_err(|e| ProviderError::fatal(format!("the provider stream broke off: {e}")))?;
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return assembly.finish(tx).await;
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            let snippet: String = data.chars().take(120).collect();
+            ProviderError::fatal(format!(
+                "the provider sent a malformed chunk ({e}): {snippet}"
+            ))
+        })?;
+        if let Some(error) = chunk.get("error") {
+            return Err(ProviderError::fatal(format!(
+                "the provider reported an error: {error}"
+            )));
+        }
+        for item in assembly.absorb(&chunk)? {
+            if !tx.send(Ok(item)).await {
+                return Ok(());
+            }
+        }
+    }
+    if assembly.finish.is_some() {
+        return assembly.finish(tx).await;
+    }
+    Err(ProviderError::fatal(
+        "the provider stream ended before the answer was complete",
+    ))
+}
+
+/// Streamed tool-call fragments, keyed by their index.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[derive(Debug, Default)]
+struct Assembly {
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<Finish>,
+    usage: Option<Usage>,
+}
+
+impl Assembly {
+    /// Takes one chunk; returns the text to stream now.
+    fn absorb(&mut self, chunk: &Value) -> Result<Vec<ProviderEvent>, ProviderError> {
+        let mut out = Vec::new();
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(Usage {
+                input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+            });
+        }
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            return Ok(out);
+        };
+        for choice in choices {
+            let delta = &choice["delta"];
+            if let Some(text) = delta["content"].as_str()
+                && !text.is_empty()
+            {
+                out.push(ProviderEvent::TextDelta(text.to_string()));
+            }
+            if let Some(calls) = delta["tool_calls"].as_array() {
+                for call in calls {
+                    let index = call["index"].as_u64().ok_or_else(|| {
+                        ProviderError::fatal(format!("a tool call fragment has no index: {call}"))
+                    })?;
+                    let partial = self.calls.entry(index).or_default();
+                    if let Some(id) = call["id"].as_str() {
+                        partial.id.push_str(id);
+                    }
+                    if let Some(name) = call["function"]["name"].as_str() {
+                        partial.name.push_str(name);
+                    }
+                    if let Some(args) = call["function"]["arguments"].as_str() {
+                        partial.arguments.push_str(args);
+                    }
+                }
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                self.finish = Some(match reason {
+                    "stop" => Finish::Stop,
+                    "tool_calls" | "function_call" => Finish::ToolCalls,
+                    "length" => Finish::Length,
+                    "content_filter" => Finish::ContentFilter,
+                    _ => Finish::Stop,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn finish(&mut self, tx: &StreamSender) -> Result<(), ProviderError> {
+        let calls = std::mem::take(&mut self.calls);
+        let has_calls = !calls.is_empty();
+        for (index, call) in calls {
+            if call.name.is_empty() {
+                return Err(ProviderError::fatal(format!(
+                    "tool call {index} arrived without a name"
+                )));
+            }
+            let input = if call.arguments.trim().is_empty() {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments))
+            };
+            let call_id = if call.id.is_empty() {
+                format!("call_{index}")
+            } else {
+                call.id
+            };
+            tx.send(Ok(ProviderEvent::ToolCall(ToolCall {
+                call_id,
+                tool: call.name,
+                input,
+            })))
+            .await;
+        }
+        if let Some(usage) = self.usage {
+            tx.send(Ok(ProviderEvent::Usage(usage))).await;
+        }
+        let finish = match self.finish {
+            Some(Finish::Stop) | None if has_calls => Finish::ToolCalls,
+            Some(f) => f,
+            None => Finish::Stop,
+        };
+        tx.send(Ok(ProviderEvent::Finish(finish))).await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

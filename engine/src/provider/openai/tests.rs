@@ -1,0 +1,356 @@
+//! The `openai` provider against a fake SSE server the test starts on 127.0.0.1.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+use crate::provider::{ProviderEvent, Purpose, ToolSpec};
+
+/// One canned HTTP response: status, then body pieces with a pause before each.
+#[derive(Clone)]
+pub(crate) struct Reply {
+    pub status: u16,
+    pub pieces: Vec<String>,
+    pub pause: Duration,
+}
+
+impl Reply {
+    pub fn sse(events: &[&str]) -> Reply {
+        Reply {
+            status: 200,
+            pieces: events.iter().map(|e| format!("data: {e}\n\n")).collect(),
+            pause: Duration::ZERO,
+        }
+    }
+
+    pub fn status(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            pieces: vec![body.to_string()],
+            pause: Duration::ZERO,
+        }
+    }
+}
+
+/// What the server saw.
+#[derive(Default)]
+pub(crate) struct Seen {
+    pub requests: Vec<String>,
+    /// Connections the client closed while the server was still writing.
+    pub hangups: usize,
+}
+
+/// Serves `replies` in order (the last repeats) on a fresh port.
+pub(crate) async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let reply = replies[n.min(replies.len() - 1)].clone();
+            n += 1;
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                let request = read_request(&mut socket).await;
+                seen.lock().unwrap().requests.push(request);
+                let reason = if reply.status == 200 { "OK" } else { "Error" };
+                let head = format!(
+                    "HTTP/1.1 {} {reason}\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+                    reply.status
+                );
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for piece in reply.pieces {
+                    tokio::time::sleep(reply.pause).await;
+                    if socket.write_all(piece.as_bytes()).await.is_err()
+                        || socket.flush().await.is_err()
+                    {
+                        seen.lock().unwrap().hangups += 1;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&data);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if data.len() >= end + 4 + length {
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&data).into_owned()
+}
+
+pub(crate) fn config(url: &str) -> ProviderConfig {
+    ProviderConfig {
+        name: "openai".into(),
+        base_url: url.to_string(),
+        model: Some("tiny".into()),
+        request_timeout_ms: 5_000,
+        ..ProviderConfig::default()
+    }
+}
+
+fn request() -> ProviderRequest {
+    ProviderRequest {
+        session_id: "ses_1".into(),
+        purpose: Purpose::Step,
+        step_index: 0,
+        messages: vec![
+            ChatMessage::System("sys".into()),
+            ChatMessage::User("hi".into()),
+        ],
+        tools: vec![ToolSpec {
+            name: "run_command".into(),
+            description: "run".into(),
+            parameters: json!({"type": "object"}),
+        }],
+    }
+}
+
+async fn collect(provider: &OpenAiProvider) -> Vec<Result<ProviderEvent, ProviderError>> {
+    let mut stream = provider.stream(request());
+    let mut out = Vec::new();
+    while let Some(item) = stream.next().await {
+        out.push(item);
+    }
+    out
+}
+
+#[tokio::test]
+async fn streamed_text_and_fragmented_tool_calls_are_assembled() {
+    let (url, seen) = serve(vec![Reply::sse(&[
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Let "}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"me."}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"run_","arguments":"{\"comm"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","function":{"name":"list_dir","arguments":"{\"path\""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"command","arguments":"and\": \"ls\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":": \".\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":7}}"#,
+        "[DONE]",
+    ])])
+    .await;
+    let provider = OpenAiProvider::new(&config(&url)).unwrap();
+    let events: Vec<ProviderEvent> = collect(&provider)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::TextDelta("Let ".into()),
+            ProviderEvent::TextDelta("me.".into()),
+            ProviderEvent::ToolCall(ToolCall {
+                call_id: "call_a".into(),
+                tool: "run_command".into(),
+                input: json!({"command": "ls"})
+            }),
+            ProviderEvent::ToolCall(ToolCall {
+                call_id: "call_b".into(),
+                tool: "list_dir".into(),
+                input: json!({"path": "."})
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 12,
+                output_tokens: 7
+            }),
+            ProviderEvent::Finish(Finish::ToolCalls),
+        ]
+    );
+    let request = seen.lock().unwrap().requests[0].clone();
+    assert!(
+        request.starts_with("POST /v1/chat/completions HTTP/1.1"),
+        "{request}"
+    );
+    let body: Value =
+        serde_json::from_str(&request[request.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(body["model"], "tiny");
+    assert_eq!(body["stream"], true);
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}])
+    );
+    assert_eq!(body["tools"][0]["function"]["name"], "run_command");
+}
+
+#[tokio::test]
+async fn a_malformed_chunk_is_a_readable_error() {
+    let (url, _) = serve(vec![Reply::sse(&[
+        r#"{"choices":[{"delta":{"content":"ok"}}]}"#,
+        "{not json",
+    ])])
+    .await;
+    let provider = OpenAiProvider::new(&config(&url)).unwrap();
+    let items = collect(&provider).await;
+    assert_eq!(items[0], Ok(ProviderEvent::TextDelta("ok".into())));
+    let error = items[1].clone().unwrap_err();
+    assert!(!error.retryable);
+    assert!(error.message.contains("malformed chunk"), "{error}");
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_midway_is_an_error_not_an_answer() {
+    let (url, _) = serve(vec![Reply::sse(&[
+        r#"{"choices":[{"delta":{"content":"half"}}]}"#,
+    ])])
+    .await;
+    let provider = OpenAiProvider::new(&config(&url)).unwrap();
+    let items = collect(&provider).await;
+    assert_eq!(items[0], Ok(ProviderEvent::TextDelta("half".into())));
+    let error = items[1].clone().unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("ended before the answer was complete"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retryable_client_errors_are_not() {
+    for (status, retryable) in [
+        (429, true),
+        (500, true),
+        (503, true),
+        (400, false),
+        (401, false),
+    ] {
+        let (url, _) = serve(vec![Reply::status(
+            status,
+            r#"{"error":{"message":"nope"}}"#,
+        )])
+        .await;
+        let provider = OpenAiProvider::new(&config(&url)).unwrap();
+        let items = collect(&provider).await;
+        let error = items[0].clone().unwrap_err();
+        assert_eq!(error.retryable, retryable, "HTTP {status}");
+        assert!(error.message.contains(&format!("HTTP {status}")), "{error}");
+        assert!(error.message.contains("nope"), "{error}");
+    }
+    let provider = OpenAiProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    let error = collect(&provider).await[0].clone().unwrap_err();
+    assert!(
+        error.retryable,
+        "a refused connection should be retryable: {error}"
+    );
+}
+
+#[tokio::test]
+async fn an_api_key_is_sent_as_a_bearer_token() {
+    let (url, seen) = serve(vec![Reply::sse(&[
+        r#"{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+    ])])
+    .await;
+    let mut config = config(&url);
+    // SAFETY-free: a variable only this test reads.
+    let var = "STEWARD_TEST_OPENAI_KEY_FOR_UNIT_TEST";
+    unsafe_set_env(var, "sk-test");
+    config.api_key_env = Some(var.into());
+    let provider = OpenAiProvider::new(&config).unwrap();
+    collect(&provider).await;
+    let request = seen.lock().unwrap().requests[0].to_ascii_lowercase();
+    assert!(
+        request.contains("authorization: bearer sk-test"),
+        "{request}"
+    );
+    config.api_key_env = Some("STEWARD_TEST_UNSET_VARIABLE".into());
+    assert!(
+        OpenAiProvider::new(&config)
+            .unwrap_err()
+            .contains("STEWARD_TEST_UNSET_VARIABLE")
+    );
+}
+
+#[allow(unsafe_code)]
+fn unsafe_set_env(var: &str, value: &str) {
+    // SAFETY: tests that read this variable are this one only.
+    unsafe { std::env::set_var(var, value) }
+}
+
+#[tokio::test]
+async fn dropping_the_stream_hangs_up_on_a_slow_server() {
+    let slow = Reply {
+        status: 200,
+        pieces: (0..100)
+            .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i} \"}}}}]}}\n\n"))
+            .collect(),
+        pause: Duration::from_millis(50),
+    };
+    let (url, seen) = serve(vec![slow]).await;
+    let provider = OpenAiProvider::new(&config(&url)).unwrap();
+    let mut stream = provider.stream(request());
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(ProviderEvent::TextDelta(_)))
+    ));
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while seen.lock().unwrap().hangups == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server never saw the hang-up");
+}
+
+/// Opt-in: only compiled when `STEWARD_TEST_OPENAI_URL` is set at build time
+/// (e.g. `../shared/tools/real-llm-server`), never in CI.
+#[cfg(real_llm)]
+#[tokio::test]
+async fn a_real_openai_compatible_server_answers_a_step() {
+    let url = env!("STEWARD_TEST_OPENAI_URL");
+    let mut config = config(url);
+    config.model = std::env::var("STEWARD_TEST_OPENAI_MODEL")
+        .ok()
+        .or(Some("default".into()));
+    config.request_timeout_ms = 120_000;
+    let provider = OpenAiProvider::new(&config).unwrap();
+    let mut request = request();
+    request.tools.clear();
+    request.messages = vec![ChatMessage::User("Say hello in one word.".into())];
+    let mut stream = provider.stream(request);
+    let (mut text, mut finished) = (String::new(), false);
+    while let Some(item) = stream.next().await {
+        match item.unwrap() {
+            ProviderEvent::TextDelta(t) => text.push_str(&t),
+            ProviderEvent::Finish(_) => finished = true,
+            _ => {}
+        }
+    }
+    assert!(finished && !text.trim().is_empty(), "{text:?}");
+}

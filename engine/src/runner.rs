@@ -1,0 +1,341 @@
+//! The execution loop: one busy period of one session under one claim.
+//!
+//! promote → `step.started` → dispatch boundary (phase `unknown`) → provider stream →
+//! text committed in coalesced chunks → `step.ended` (phase `ready`, same commit) →
+//! tool calls: `tool.called`, `tool.started` (the dispatch boundary, with the process
+//! identity), run, `tool.completed`/`tool.failed` → next step, until the provider
+//! stops; then the claim is cleared in the same commit as the last event, unless an
+//! input waits for a wake.
+//!
+//! Every durable write is fenced ([`Fenced`]); a write that loses the fence, or a
+//! heartbeat that finds zero rows, stops the execution at once with no further
+//! dispatch and no further write. A user cancellation stops the provider stream and
+//! the tool's process group first, then commits `step.interrupted` and deletes the
+//! claim in one transaction (SPEC §4.8).
+
+mod compaction;
+mod step;
+mod tool_calls;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::{Claim, Cleared, Fenced, SelfFence};
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::events::{Event, EventRecord};
+use crate::ids;
+use crate::phase::PhaseChange;
+use crate::projection::{MessageRow, SessionRow};
+use crate::provider::Provider;
+use crate::store::rows;
+use crate::store::sessions::{self, Scope};
+use crate::tools::{Permission, ToolRegistry};
+
+/// What an execution needs besides its claim; shared by all executions of an engine.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub db: Db,
+    pub clock: SharedClock,
+    pub config: Arc<Config>,
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolRegistry,
+    pub permission: Arc<dyn Permission>,
+    pub events: broadcast::Sender<EngineEvent>,
+    pub stats: Arc<Mutex<RunnerStats>>,
+}
+
+/// What the engine tells its listeners (the CLI, the TUI, ACP).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// An event was committed.
+    Committed(EventRecord),
+    /// An execution ended.
+    Finished {
+        session_id: String,
+        execution_id: String,
+        outcome: Outcome,
+    },
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing left to do; the claim is cleared.
+    Idle,
+    /// A step failed for good (the claim is cleared).
+    Failed(String),
+    /// The user cancelled; `step.interrupted` is committed and the claim is gone.
+    Cancelled,
+    /// Ownership was lost (fence or heartbeat): nothing more was written.
+    Lost,
+    /// The store failed; the claim stays for recovery.
+    Error(String),
+}
+
+/// Counters for the runner benchmark.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunnerStats {
+    pub deltas: u64,
+    pub text_commits: u64,
+    /// The longest any streamed delta waited before its commit finished.
+    pub max_delta_wait: Duration,
+}
+
+/// Why the loop stopped early.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Cancelled,
+    Lost,
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::FenceLost { .. } => Stop::Lost,
+            other => Stop::Failed(other),
+        }
+    }
+}
+
+type Flow<T> = std::result::Result<T, Stop>;
+
+/// One execution.
+#[derive(Debug)]
+pub struct Execution {
+    services: Services,
+    claim: Claim,
+    session: SessionRow,
+    fence: Arc<SelfFence>,
+    /// The user's cancellation.
+    cancel: CancellationToken,
+    /// Ownership lost (cancelled by the heartbeat).
+    lost: CancellationToken,
+    /// The assistant the execution is working on, for cancellation.
+    current_message: Option<String>,
+    /// Streamed text not yet committed, committed with a cancellation.
+    pending_text: Option<(String, String, String)>,
+}
+
+impl Execution {
+    pub fn new(
+        services: Services,
+        claim: Claim,
+        session: SessionRow,
+        fence: Arc<SelfFence>,
+        cancel: CancellationToken,
+        lost: CancellationToken,
+    ) -> Execution {
+        Execution {
+            services,
+            claim,
+            session,
+            fence,
+            cancel,
+            lost,
+            current_message: None,
+            pending_text: None,
+        }
+    }
+
+    pub fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    /// Runs until the session is idle, the user cancels, or ownership is lost.
+    pub async fn run(mut self, scope: Scope) -> Outcome {
+        let outcome = match self.drive(scope).await {
+            Ok(outcome) => outcome,
+            Err(Stop::Cancelled) => self.commit_cancel().await,
+            Err(Stop::Lost) => Outcome::Lost,
+            Err(Stop::Failed(e)) => {
+                tracing::error!(execution = %self.claim.execution_id, error = %e, "execution failed");
+                Outcome::Error(e.to_string())
+            }
+        };
+        let _ = self.services.events.send(EngineEvent::Finished {
+            session_id: self.claim.session_id.clone(),
+            execution_id: self.claim.execution_id.clone(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+
+    async fn drive(&mut self, first: Scope) -> Flow<Outcome> {
+        let mut scope = first;
+        let mut failure: Option<String> = None;
+        loop {
+            // At rest (nothing promoted yet), a compaction reaches `safe`: a crash right
+            // after it loses nothing, since pending inputs keep their wakes.
+            if self.over_budget().await? {
+                self.compact(true).await?;
+            }
+            let promoted = self.promote(&scope).await?;
+            scope = Scope::Queued;
+            if promoted == 0 {
+                match self.commit(|f| f.clear()).await? {
+                    Cleared::Done => return Ok(finished(failure)),
+                    Cleared::WakePending => continue,
+                }
+            }
+            match self.turn().await? {
+                (Cleared::Done, f) => return Ok(finished(f.or(failure))),
+                (Cleared::WakePending, f) => failure = f.or(failure),
+            }
+        }
+    }
+
+    /// Steps until the provider stops. Returns whether the claim was cleared, and
+    /// the failure if the last step failed.
+    async fn turn(&mut self) -> Flow<(Cleared, Option<String>)> {
+        let max_steps = self.services.config.agent.max_steps;
+        for _ in 0..max_steps {
+            if self.over_budget().await? {
+                self.compact(false).await?;
+            }
+            match self.step().await? {
+                step::StepEnd::ToolCalls(calls) => self.run_tools(calls).await?,
+                step::StepEnd::Stopped(cleared) => return Ok((cleared, None)),
+                step::StepEnd::Failed(message, cleared) => return Ok((cleared, Some(message))),
+            }
+        }
+        let cleared = self.stop_at_step_limit(max_steps).await?;
+        Ok((cleared, Some(format!("stopped after {max_steps} steps"))))
+    }
+
+    /// Runs `f` in one fenced write transaction and publishes the events it appended.
+    async fn commit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Fenced<'_, '_>) -> Result<R> + Send + 'static,
+    ) -> Flow<R> {
+        if self.lost.is_cancelled() {
+            return Err(Stop::Lost);
+        }
+        let claim = self.claim.clone();
+        let now = self.services.clock.now_ms();
+        let (out, records) = self
+            .services
+            .db
+            .write(move |tx| {
+                let mut fenced = Fenced::check(tx, &claim, now)?;
+                let out = f(&mut fenced)?;
+                Ok((out, fenced.take_appended()))
+            })
+            .await?;
+        for record in records {
+            let _ = self.services.events.send(EngineEvent::Committed(record));
+        }
+        Ok(out)
+    }
+
+    /// The dispatch boundary (SPEC §4.5): the self-fence, then a fenced check in its
+    /// own transaction; the caller sends right after, with no other await between.
+    async fn dispatch_boundary(&self, change: Option<PhaseChange>) -> Flow<()> {
+        if !self.fence.holds() {
+            tracing::warn!(execution = %self.claim.execution_id, "self-fence expired: no dispatch");
+            self.lost.cancel();
+            return Err(Stop::Lost);
+        }
+        self.commit(move |f| match change {
+            Some(change) => f.change_phase(change).map(drop),
+            None => Ok(()),
+        })
+        .await
+    }
+
+    async fn promote(&mut self, scope: &Scope) -> Flow<usize> {
+        let session_id = self.claim.session_id.clone();
+        let scope_owned = scope.clone();
+        let promoted = self
+            .commit(move |f| {
+                let inputs = sessions::promotable(f.tx(), &session_id, &scope_owned)?;
+                for input in &inputs {
+                    f.append(Event::InputPromoted {
+                        input_id: input.id.clone(),
+                        message_id: ids::new(ids::MESSAGE, f.now_ms()),
+                    })?;
+                    sessions::finish_recovery_wake(f.tx(), &input.id)?;
+                }
+                if !inputs.is_empty() {
+                    f.change_phase(PhaseChange::WorkStarted)?;
+                }
+                Ok(inputs.len())
+            })
+            .await?;
+        if promoted > 0 {
+            crate::failpoint!("runner.after_promote");
+            if matches!(scope, Scope::Continuation { .. }) {
+                crate::failpoint!("wake.after_promote");
+            }
+        }
+        Ok(promoted)
+    }
+
+    /// The session's messages, in transcript order.
+    async fn messages(&self) -> Flow<Vec<MessageRow>> {
+        let session_id = self.claim.session_id.clone();
+        Ok(self
+            .services
+            .db
+            .read(move |conn| rows::messages(conn, &session_id))
+            .await?)
+    }
+
+    async fn commit_cancel(&mut self) -> Outcome {
+        crate::failpoint!("cancel.before_commit");
+        let message = self.current_message.clone();
+        let pending = self.pending_text.take();
+        let result = self
+            .commit(move |f| {
+                if let Some((message_id, part_id, text)) = pending {
+                    f.append(Event::StepText {
+                        message_id,
+                        part_id,
+                        text,
+                    })?;
+                }
+                f.cancel(message.as_deref()).map(drop)
+            })
+            .await;
+        match result {
+            Ok(()) => Outcome::Cancelled,
+            Err(Stop::Lost | Stop::Cancelled) => Outcome::Lost,
+            Err(Stop::Failed(e)) => Outcome::Error(e.to_string()),
+        }
+    }
+
+    /// Waits out `delay` unless the execution is cancelled or loses its claim.
+    async fn pause(&self, delay: Duration) -> Flow<()> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+            _ = self.lost.cancelled() => Err(Stop::Lost),
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+
+    fn check_stop(&self) -> Flow<()> {
+        if self.lost.is_cancelled() {
+            Err(Stop::Lost)
+        } else if self.cancel.is_cancelled() {
+            Err(Stop::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn finished(failure: Option<String>) -> Outcome {
+    match failure {
+        Some(message) => Outcome::Failed(message),
+        None => Outcome::Idle,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+//! One provider step: `step.started`, the dispatch boundary, the stream with text
+//! committed in coalesced chunks, and `step.ended` (or `step.failed`).
+
+use std::time::{Duration, Instant};
+
+use crate::claim::Cleared;
+use crate::events::Event;
+use crate::ids;
+use crate::message::{Finish, MessageError, MessageKind, Usage};
+use crate::phase::PhaseChange;
+use crate::provider::{ProviderError, ProviderEvent, ProviderRequest, Purpose, ToolCall, context};
+use crate::runner::{Execution, Flow, Stop};
+
+/// Commit streamed text at least this often...
+pub(crate) const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// ...or as soon as this much is buffered.
+pub(crate) const TEXT_FLUSH_BYTES: usize = 4096;
+
+/// How a step ended.
+#[derive(Debug)]
+pub(crate) enum StepEnd {
+    /// The provider asked for tools; their `tool.called` events are committed.
+    ToolCalls(Vec<(String, ToolCall)>),
+    /// The provider stopped; the claim was cleared unless a wake is pending.
+    Stopped(Cleared),
+    /// The provider failed for good.
+    Failed(String, Cleared),
+}
+
+/// What a stream produced.
+enum Streamed {
+    Done {
+        finish: Finish,
+        usage: Option<Usage>,
+        calls: Vec<ToolCall>,
+        text: Tail,
+    },
+    Failed {
+        error: ProviderError,
+        produced: bool,
+        text: Tail,
+    },
+}
+
+/// Streamed text not yet committed: it goes into the step's last commit.
+struct Tail {
+    part_id: String,
+    text: String,
+    /// When each buffered delta arrived.
+    waiting: Vec<Instant>,
+}
+
+impl Tail {
+    fn event(&self, message_id: &str) -> Option<Event> {
+        (!self.text.is_empty()).then(|| Event::StepText {
+            message_id: message_id.to_string(),
+            part_id: self.part_id.clone(),
+            text: self.text.clone(),
+        })
+    }
+}
+
+impl Execution {
+    pub(crate) async fn step(&mut self) -> Flow<StepEnd> {
+        let messages = self.messages().await?;
+        let step_index = messages
+            .iter()
+            .filter(|m| m.data.kind() == MessageKind::Assistant)
+            .count();
+        let request = ProviderRequest {
+            session_id: self.claim.session_id.clone(),
+            purpose: Purpose::Step,
+            step_index,
+            messages: context::conversation(&self.session.directory, &messages),
+            tools: self.services.tools.specs(),
+        };
+        let provider = self.services.provider.clone();
+        let message_id = ids::new(ids::MESSAGE, self.services.clock.now_ms());
+        let (execution_id, id) = (self.claim.execution_id.clone(), message_id.clone());
+        let (name, model) = (provider.name().to_string(), provider.model().to_string());
+        self.commit(move |f| {
+            f.append(Event::StepStarted {
+                message_id: id.clone(),
+                execution_id,
+                provider: name,
+                model,
+            })?;
+            f.set_assistant(&id)?;
+            f.change_phase(PhaseChange::WorkStarted).map(drop)
+        })
+        .await?;
+        self.current_message = Some(message_id.clone());
+
+        let max_attempts = self.services.config.provider.max_attempts.max(1);
+        let mut attempt = 0;
+        let streamed = loop {
+            attempt += 1;
+            crate::failpoint!("runner.before_provider_dispatch");
+            let change = (attempt == 1).then_some(PhaseChange::Dispatched);
+            self.dispatch_boundary(change).await?;
+            crate::failpoint!("runner.after_provider_dispatch");
+            let stream = provider.stream(request.clone());
+            match self.consume(stream, &message_id).await? {
+                Streamed::Failed {
+                    error,
+                    produced: false,
+                    ..
+                } if error.retryable && attempt < max_attempts => {
+                    let backoff = Duration::from_millis(500 * (1 << (attempt - 1).min(4)));
+                    tracing::warn!(attempt, error = %error, "provider failed; retrying");
+                    self.pause(backoff).await?;
+                }
+                other => break other,
+            }
+        };
+        self.settle(message_id, streamed).await
+    }
+
+    /// Commits the end of the step: remaining text, `step.ended` (phase back to
+    /// `ready`) and the tool calls — or `step.failed` — and clears the claim in the
+    /// same commit when nothing is left.
+    async fn settle(&mut self, message_id: String, streamed: Streamed) -> Flow<StepEnd> {
+        let now = self.services.clock.now_ms();
+        match streamed {
+            Streamed::Done {
+                finish,
+                usage,
+                calls,
+                text,
+            } => {
+                let calls: Vec<(String, ToolCall)> = calls
+                    .into_iter()
+                    .map(|c| (ids::new(ids::PART, now), c))
+                    .collect();
+                let to_call = calls.clone();
+                let no_calls = calls.is_empty();
+                let tail = text.event(&message_id);
+                let cleared = self
+                    .commit(move |f| {
+                        if let Some(tail) = tail {
+                            f.append(tail)?;
+                        }
+                        f.append(Event::StepEnded {
+                            message_id: message_id.clone(),
+                            finish,
+                            usage,
+                        })?;
+                        f.change_phase(PhaseChange::StepSettled)?;
+                        for (part_id, call) in to_call {
+                            f.append(Event::ToolCalled {
+                                message_id: message_id.clone(),
+                                part_id,
+                                call_id: call.call_id,
+                                tool: call.tool,
+                                input: call.input,
+                            })?;
+                        }
+                        if no_calls {
+                            crate::failpoint!("runner.before_clear");
+                            return f.clear().map(Some);
+                        }
+                        Ok(None)
+                    })
+                    .await?;
+                self.note_deltas(text.waiting);
+                Ok(match cleared {
+                    Some(cleared) => StepEnd::Stopped(cleared),
+                    None => {
+                        crate::failpoint!("runner.after_tool_called");
+                        StepEnd::ToolCalls(calls)
+                    }
+                })
+            }
+            Streamed::Failed { error, text, .. } => {
+                let message = error.message.clone();
+                let tail = text.event(&message_id);
+                let cleared = self
+                    .commit(move |f| {
+                        if let Some(tail) = tail {
+                            f.append(tail)?;
+                        }
+                        f.append(Event::StepFailed {
+                            message_id,
+                            error: MessageError {
+                                kind: "provider".into(),
+                                message: error.message,
+                            },
+                        })?;
+                        f.change_phase(PhaseChange::StepSettled)?;
+                        f.clear()
+                    })
+                    .await?;
+                self.note_deltas(text.waiting);
+                Ok(StepEnd::Failed(message, cleared))
+            }
+        }
+    }
+
+    /// Reads the stream, committing text at most every [`TEXT_FLUSH_INTERVAL`] or
+    /// [`TEXT_FLUSH_BYTES`]; what is left at the end goes into the step's last commit.
+    async fn consume(
+        &mut self,
+        mut stream: crate::provider::ProviderStream,
+        message_id: &str,
+    ) -> Flow<Streamed> {
+        let part_id = ids::new(ids::PART, self.services.clock.now_ms());
+        let mut buffer = String::new();
+        let mut waiting: Vec<Instant> = Vec::new();
+        let mut calls = Vec::new();
+        let (mut finish, mut usage, mut produced) = (None, None, false);
+        loop {
+            let deadline = waiting.first().map(|t| *t + TEXT_FLUSH_INTERVAL);
+            let flush_due = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = self.lost.cancelled() => return Err(Stop::Lost),
+                _ = self.cancel.cancelled() => {
+                    self.pending_text = (!buffer.is_empty())
+                        .then(|| (message_id.to_string(), part_id.clone(), buffer));
+                    return Err(Stop::Cancelled);
+                }
+                _ = flush_due => {
+                    self.flush_text(message_id, &part_id, &mut buffer, &mut waiting).await?;
+                }
+                item = stream.next() => match item {
+                    None => break,
+                    Some(Ok(ProviderEvent::TextDelta(text))) => {
+                        produced = true;
+                        buffer.push_str(&text);
+                        waiting.push(Instant::now());
+                        if buffer.len() >= TEXT_FLUSH_BYTES {
+                            self.flush_text(message_id, &part_id, &mut buffer, &mut waiting).await?;
+                        }
+                    }
+                    Some(Ok(ProviderEvent::ToolCall(call))) => {
+                        produced = true;
+                        calls.push(call);
+                    }
+                    Some(Ok(ProviderEvent::Usage(u))) => usage = Some(u),
+                    Some(Ok(ProviderEvent::Finish(f))) => finish = Some(f),
+                    Some(Err(error)) => {
+                        let text = Tail { part_id, text: buffer, waiting };
+                        return Ok(Streamed::Failed { error, produced, text });
+                    }
+                },
+            }
+        }
+        let text = Tail {
+            part_id,
+            text: buffer,
+            waiting,
+        };
+        Ok(match finish {
+            Some(finish) => Streamed::Done {
+                finish,
+                usage,
+                calls,
+                text,
+            },
+            None => Streamed::Failed {
+                error: ProviderError::fatal(
+                    "the provider stream ended before the answer was complete",
+                ),
+                produced,
+                text,
+            },
+        })
+    }
+
+    async fn flush_text(
+        &mut self,
+        message_id: &str,
+        part_id: &str,
+        buffer: &mut String,
+        waiting: &mut Vec<Instant>,
+    ) -> Flow<()> {
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        let text = std::mem::take(buffer);
+        let (message_id, part_id) = (message_id.to_string(), part_id.to_string());
+        self.commit(move |f| {
+            f.append(Event::StepText {
+                message_id,
+                part_id,
+                text,
+            })
+            .map(drop)
+        })
+        .await?;
+        self.note_deltas(std::mem::take(waiting));
+        crate::failpoint!("runner.after_text_commit");
+        Ok(())
+    }
+
+    /// Records a commit of buffered deltas that has just finished: how many, and how
+    /// long the oldest of them waited to be durable.
+    fn note_deltas(&self, waiting: Vec<Instant>) {
+        let Some(first) = waiting.first() else {
+            return;
+        };
+        let mut stats = self
+            .services
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        stats.deltas += waiting.len() as u64;
+        stats.text_commits += 1;
+        stats.max_delta_wait = stats.max_delta_wait.max(first.elapsed());
+    }
+}

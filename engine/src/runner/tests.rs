@@ -1,0 +1,935 @@
+//! The runner end to end, in process, with fakes that count what they are asked.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::claim::{self, ClaimState};
+use crate::clock::{Clock, ManualClock, SharedClock, SystemClock};
+use crate::config::Config;
+use crate::coordinator::SessionOutcome;
+use crate::events::{Delivery, Event};
+use crate::message::{Finish, MessageData, Part, ToolStatus};
+use crate::provider::scripted::{Script, ScriptedProvider};
+use crate::provider::{ChatMessage, ProviderError};
+use crate::runner::{EngineEvent, Outcome};
+use crate::store::{events, rows};
+use crate::testing::{
+    Answer, FakeProvider, FakeTool, GatePermission, TestDir, engine, wait_for_event,
+};
+use crate::tools::{Headless, ToolRegistry};
+use crate::{Engine, doctor};
+
+fn yes() -> Arc<Headless> {
+    Arc::new(Headless { allow_all: true })
+}
+
+fn tools_with(fakes: &[&Arc<FakeTool>]) -> ToolRegistry {
+    let mut tools = ToolRegistry::standard();
+    for fake in fakes {
+        tools.add((*fake).clone());
+    }
+    tools
+}
+
+async fn messages(engine: &Engine, session: &str) -> Vec<crate::projection::MessageRow> {
+    let session = session.to_string();
+    engine
+        .db()
+        .read(move |c| rows::messages(c, &session))
+        .await
+        .unwrap()
+}
+
+async fn event_kinds(engine: &Engine, session: &str) -> Vec<&'static str> {
+    let session = session.to_string();
+    engine
+        .db()
+        .read(move |c| events::load(c, &session))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.event.kind())
+        .collect()
+}
+
+async fn claim_of(engine: &Engine, session: &str) -> Option<claim::ClaimRow> {
+    let session = session.to_string();
+    engine
+        .db()
+        .read(move |c| claim::for_session(c, &session))
+        .await
+        .unwrap()
+}
+
+async fn doctor_ok(engine: &Engine) {
+    let report = engine.db().read(doctor::check).await.unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_a_prompt_runs_through_a_tool_call_to_idle() {
+    let dir = TestDir::new();
+    std::fs::write(format!("{}/notes.txt", dir.work()), "x").unwrap();
+    let script = Script::parse(
+        r#"
+        [[step]]
+        text = ["Let me ", "look."]
+        tool_calls = [{ tool = "list_dir", input = { path = "." } }]
+        [[step]]
+        text = ["Found notes.txt."]
+        "#,
+    )
+    .unwrap();
+    let provider = Arc::new(ScriptedProvider::new(script, "demo".into()));
+    let clock = SystemClock::shared();
+    let engine = engine(
+        &dir,
+        clock,
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "what is here?", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    let kinds = event_kinds(&engine, &session.id).await;
+    assert_eq!(
+        kinds,
+        vec![
+            "session.created",
+            "input.admitted",
+            "input.promoted",
+            "step.started",
+            "step.text",
+            "step.ended",
+            "tool.called",
+            "tool.started",
+            "tool.completed",
+            "step.started",
+            "step.text",
+            "step.ended",
+        ]
+    );
+    let transcript = messages(&engine, &session.id).await;
+    assert_eq!(transcript.len(), 3);
+    let first = transcript[1].data.as_assistant().unwrap();
+    assert_eq!(first.text_parts(), vec!["Let me look."]);
+    assert_eq!(first.finish, Some(Finish::ToolCalls));
+    let tool = first.tools().next().unwrap();
+    assert_eq!(
+        (tool.state.status, tool.state.output.as_deref()),
+        (ToolStatus::Completed, Some("notes.txt"))
+    );
+    let second = transcript[2].data.as_assistant().unwrap();
+    assert_eq!(
+        (second.text_parts(), second.finish),
+        (vec!["Found notes.txt."], Some(Finish::Stop))
+    );
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_streamed_text_is_committed_in_coalesced_chunks() {
+    let dir = TestDir::new();
+    let chunks: Vec<String> = (0..400).map(|i| format!("w{i} ")).collect();
+    let provider = FakeProvider::new(vec![Answer {
+        text: chunks.clone(),
+        delay: Duration::from_millis(1),
+        ..Answer::default()
+    }]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "talk", Delivery::Queue)
+        .await
+        .unwrap();
+    engine.wait_idle(&session.id).await;
+    let texts = event_kinds(&engine, &session.id)
+        .await
+        .iter()
+        .filter(|k| **k == "step.text")
+        .count();
+    // 400 deltas over at least 400 ms: at most one commit per ~100 ms, plus the last.
+    assert!(
+        (2..=400 / 20).contains(&texts),
+        "{texts} text commits for 400 deltas"
+    );
+    let transcript = messages(&engine, &session.id).await;
+    assert_eq!(transcript[1].data.text(), chunks.concat());
+    let stats = engine.runner_stats();
+    assert_eq!(stats.deltas, 400);
+    assert_eq!(stats.text_commits as usize, texts);
+    engine.shutdown().await.unwrap();
+}
+
+/// SPEC §6 invariant 8, paused mid-stream: the stale owner's claim expires and is
+/// taken over; when it resumes it commits nothing and calls nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i8_a_stale_owner_resumed_mid_stream_makes_no_call_and_commits_nothing() {
+    let dir = TestDir::new();
+    let clock = ManualClock::shared(1_700_000_000_000);
+    let mut config = Config::default();
+    config.lease.heartbeat_ms = Some(3_600_000); // the paused process does not beat
+    let provider = FakeProvider::new(vec![Answer {
+        text: vec!["Working".into()],
+        calls: vec![("run_command".into(), json!({"command": "true"}))],
+        hold: true,
+        ..Answer::default()
+    }]);
+    let fake = FakeTool::new("run_command");
+    let engine = engine(
+        &dir,
+        clock.clone(),
+        config,
+        provider.clone(),
+        tools_with(&[&fake]),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "go", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
+    )
+    .await;
+
+    // Paused past its lease; another owner takes the claim over.
+    clock.advance(Duration::from_secs(31));
+    let now = clock.now_ms();
+    let sid = session.id.clone();
+    let taken = engine
+        .db()
+        .write(move |tx| {
+            let row = claim::for_session(tx, &sid)?.unwrap();
+            claim::takeover(tx, &row, "own_other", now, 30_000, 5_000)
+        })
+        .await
+        .unwrap();
+    assert!(taken.is_some());
+    let before = event_kinds(&engine, &session.id).await.len();
+
+    provider.release.notify_one();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Lost))
+    );
+    assert_eq!(provider.count(), 1, "a provider call after the takeover");
+    assert_eq!(
+        fake.prepares.load(Ordering::SeqCst),
+        0,
+        "a tool call after the takeover"
+    );
+    assert_eq!(
+        event_kinds(&engine, &session.id).await.len(),
+        before,
+        "an event after the takeover"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+/// SPEC §6 invariant 8, paused at a permission prompt right before a tool dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i8_a_stale_owner_resumed_before_a_tool_dispatch_dispatches_nothing() {
+    let dir = TestDir::new();
+    let clock = ManualClock::shared(1_700_000_000_000);
+    let mut config = Config::default();
+    config.lease.heartbeat_ms = Some(3_600_000);
+    let provider = FakeProvider::new(vec![Answer::call(
+        "run_command",
+        json!({"command": "true"}),
+    )]);
+    let fake = FakeTool::new("run_command");
+    let permission = Arc::new(GatePermission {
+        release: Arc::new(Notify::new()),
+        asked: AtomicUsize::new(0),
+        allow: true,
+    });
+    let engine = engine(
+        &dir,
+        clock.clone(),
+        config,
+        provider.clone(),
+        tools_with(&[&fake]),
+        permission.clone(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "go", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "tool.called"),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while permission.asked.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+
+    clock.advance(Duration::from_secs(31));
+    let now = clock.now_ms();
+    let sid = session.id.clone();
+    engine
+        .db()
+        .write(move |tx| {
+            let row = claim::for_session(tx, &sid)?.unwrap();
+            claim::takeover(tx, &row, "own_other", now, 30_000, 5_000)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let before = event_kinds(&engine, &session.id).await.len();
+    permission.release.notify_one();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Lost))
+    );
+    assert_eq!(fake.prepares.load(Ordering::SeqCst), 0);
+    assert_eq!(provider.count(), 1);
+    assert_eq!(event_kinds(&engine, &session.id).await.len(), before);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i9_each_provider_and_tool_call_happens_once_and_the_prompt_is_sent_once() {
+    let dir = TestDir::new();
+    let fake = FakeTool::new("probe");
+    let provider = FakeProvider::new(vec![
+        Answer::call("probe", json!({})),
+        Answer::call("probe", json!({})),
+        Answer::text("done"),
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        tools_with(&[&fake]),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "the one prompt", Delivery::Queue)
+        .await
+        .unwrap();
+    engine.wait_idle(&session.id).await;
+    assert_eq!(provider.count(), 3);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 2);
+    let requests = provider.requests.lock().unwrap().clone();
+    let indexes: Vec<usize> = requests.iter().map(|r| r.step_index).collect();
+    assert_eq!(indexes, vec![0, 1, 2]);
+    for request in &requests {
+        let prompts = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, ChatMessage::User(t) if t == "the one prompt"))
+            .count();
+        assert_eq!(prompts, 1);
+    }
+    // The last request carries both tool results, each once.
+    let results = requests[2]
+        .messages
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::ToolResult { content, .. } if content == "probe ran"))
+        .count();
+    assert_eq!(results, 2);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i16_every_admitted_input_is_promoted_once_in_admitted_order() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer {
+        text: vec!["slow ".into(), "answer".into()],
+        delay: Duration::from_millis(150),
+        ..Answer::default()
+    }]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "first", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.started"),
+    )
+    .await;
+    for prompt in ["second", "third"] {
+        engine
+            .admit(&session.id, prompt, Delivery::Queue)
+            .await
+            .unwrap();
+    }
+    engine
+        .admit(&session.id, "a note that rides along", Delivery::Admit)
+        .await
+        .unwrap();
+    engine
+        .admit(&session.id, "fourth", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let users: Vec<String> = messages(&engine, &session.id)
+        .await
+        .iter()
+        .filter_map(|m| match &m.data {
+            MessageData::User(u) => Some(u.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        users,
+        vec![
+            "first",
+            "second",
+            "third",
+            "a note that rides along",
+            "fourth"
+        ]
+    );
+    let sid = session.id.clone();
+    let pending = engine
+        .db()
+        .read(move |c| rows::pending_inputs(c, &sid))
+        .await
+        .unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+
+    // An `admit` input alone is stored, not run.
+    engine
+        .admit(&session.id, "later", Delivery::Admit)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sid = session.id.clone();
+    let pending = engine
+        .db()
+        .read(move |c| rows::pending_inputs(c, &sid))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(!engine.coordinator().is_running(&session.id));
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r3_4_cancelling_a_running_command_stops_its_group_and_leaves_no_open_tool() {
+    let dir = TestDir::new();
+    let work = dir.work();
+    let provider = FakeProvider::new(vec![Answer::call(
+        "run_command",
+        json!({"command": "sleep 300 & echo $! > child.pid; sleep 300"}),
+    )]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &work).await.unwrap();
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "sleep", Delivery::Queue)
+        .await
+        .unwrap();
+    let started = wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "tool.started"),
+    )
+    .await;
+    let EngineEvent::Committed(record) = started else {
+        unreachable!()
+    };
+    let Event::ToolStarted {
+        process: Some(process),
+        ..
+    } = record.event
+    else {
+        panic!("no process identity recorded")
+    };
+    let pid_file = std::path::Path::new(&work).join("child.pid");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert!(engine.cancel(&session.id));
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Cancelled))
+    );
+    // The whole group is gone before the cancellation committed.
+    let child: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for pid in [process.pid, child] {
+        assert!(!is_alive(pid), "process {pid} survived the cancellation");
+    }
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    let transcript = messages(&engine, &session.id).await;
+    let assistant = transcript[1].data.as_assistant().unwrap();
+    assert_eq!(assistant.finish, Some(Finish::Error));
+    assert_eq!(
+        assistant.error.as_ref().unwrap().message,
+        "Session execution interrupted"
+    );
+    for tool in assistant.tools() {
+        assert_eq!(
+            (tool.state.status, tool.state.error.as_deref()),
+            (ToolStatus::Error, Some("Tool execution interrupted"))
+        );
+    }
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_8_a_cancelled_stream_keeps_its_text_and_a_wake_meanwhile_runs_after() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![
+        Answer {
+            text: vec!["partial ".into(), "answer".into()],
+            hold: true,
+            ..Answer::default()
+        },
+        Answer::text("fresh"),
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "go", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
+    )
+    .await;
+    engine.cancel(&session.id);
+    engine
+        .admit(&session.id, "next", Delivery::Queue)
+        .await
+        .unwrap();
+    let interrupted = wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.interrupted"),
+    )
+    .await;
+    let EngineEvent::Committed(interrupted) = interrupted else {
+        unreachable!()
+    };
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let sid = session.id.clone();
+    let log = engine
+        .db()
+        .read(move |c| events::load(c, &sid))
+        .await
+        .unwrap();
+    // The fresh execution started only after the cancellation committed.
+    let fresh = log
+        .iter()
+        .find(|r| r.seq > interrupted.seq && r.event.kind() == "step.started")
+        .unwrap();
+    assert_ne!(
+        fresh.origin.as_ref().unwrap().execution_id,
+        interrupted.origin.as_ref().unwrap().execution_id
+    );
+    let transcript = messages(&engine, &session.id).await;
+    let texts: Vec<String> = transcript.iter().map(|m| m.data.text()).collect();
+    assert_eq!(texts, vec!["go", "partial answer", "next", "fresh"]);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_failures_are_retried_when_retryable_and_recorded_when_not() {
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.provider.max_attempts = 3;
+    let provider = FakeProvider::new(vec![
+        Answer {
+            error: Some(ProviderError::retryable("HTTP 503")),
+            ..Answer::default()
+        },
+        Answer::text("recovered"),
+        Answer {
+            text: vec!["half".into()],
+            error: Some(ProviderError::fatal("HTTP 400: bad")),
+            ..Answer::default()
+        },
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "one", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(provider.count(), 2);
+    engine
+        .admit(&session.id, "two", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Failed("HTTP 400: bad".into())))
+    );
+    let transcript = messages(&engine, &session.id).await;
+    let failed = transcript.last().unwrap().data.as_assistant().unwrap();
+    assert_eq!(failed.finish, Some(Finish::Error));
+    assert_eq!(failed.error.as_ref().unwrap().message, "HTTP 400: bad");
+    assert_eq!(failed.text_parts(), vec!["half"]);
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_runs_deny_tools_outside_the_allow_list() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![
+        Answer::call("write_file", json!({"path": "x.txt", "content": "no"})),
+        Answer::text("ok"),
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        Arc::new(Headless { allow_all: false }),
+    )
+    .await;
+    let work = dir.work();
+    let session = engine.create_session("t", &work).await.unwrap();
+    engine
+        .admit(&session.id, "write", Delivery::Queue)
+        .await
+        .unwrap();
+    engine.wait_idle(&session.id).await;
+    let transcript = messages(&engine, &session.id).await;
+    let tool = transcript[1]
+        .data
+        .as_assistant()
+        .unwrap()
+        .tools()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(tool.state.status, ToolStatus::Error);
+    assert!(tool.state.error.unwrap().contains("pass --yes"));
+    assert!(!std::path::Path::new(&work).join("x.txt").exists());
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_stops_at_the_step_limit() {
+    let dir = TestDir::new();
+    let fake = FakeTool::new("probe");
+    let mut config = Config::default();
+    config.agent.max_steps = 3;
+    let provider = FakeProvider::new(vec![Answer::call("probe", json!({}))]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        tools_with(&[&fake]),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "loop", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Failed(
+            "stopped after 3 steps".into()
+        )))
+    );
+    assert_eq!((provider.count(), fake.runs.load(Ordering::SeqCst)), (3, 3));
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i13_compaction_summarises_and_the_agent_carries_on() {
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.compaction.token_budget = 110;
+    let provider = Arc::new(ScriptedProvider::new(
+        Script::parse("[[step]]\ntext = [\"A long answer that fills the context window quickly. \", \"More words, and more words, and more.\"]\n").unwrap(),
+        "demo".into(),
+    ));
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    for prompt in [
+        "first question, quite long to use up tokens",
+        "second question",
+        "third question",
+    ] {
+        engine
+            .admit(&session.id, prompt, Delivery::Queue)
+            .await
+            .unwrap();
+        assert_eq!(
+            engine.wait_idle(&session.id).await,
+            Some(SessionOutcome::Ran(Outcome::Idle))
+        );
+    }
+    let transcript = messages(&engine, &session.id).await;
+    let summaries: Vec<&MessageData> = transcript
+        .iter()
+        .map(|m| &m.data)
+        .filter(|d| matches!(d, MessageData::Synthetic(s) if s.kind == crate::message::SyntheticKind::Compaction))
+        .collect();
+    assert!(!summaries.is_empty(), "no compaction happened");
+    assert!(summaries[0].text().contains("first question"));
+    // The last prompt still got its answer after the compaction.
+    let last = transcript.last().unwrap().data.as_assistant().unwrap();
+    assert_eq!(last.finish, Some(Finish::Stop));
+    let kinds = event_kinds(&engine, &session.id).await;
+    let started = kinds.iter().filter(|k| **k == "compaction.started").count();
+    let ended = kinds.iter().filter(|k| **k == "compaction.ended").count();
+    assert_eq!(started, ended);
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_different_sessions_run_concurrently_and_wakes_coalesce() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer {
+        text: vec!["x".into()],
+        hold: true,
+        ..Answer::default()
+    }]);
+    let clock: SharedClock = SystemClock::shared();
+    let engine = engine(
+        &dir,
+        clock.clone(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let a = engine.create_session("a", &dir.work()).await.unwrap();
+    let b = engine.create_session("b", &dir.work()).await.unwrap();
+    engine.admit(&a.id, "a", Delivery::Queue).await.unwrap();
+    engine.admit(&b.id, "b", Delivery::Queue).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while provider.count() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("both sessions should be in a step at once");
+    for s in [&a.id, &b.id] {
+        let claim = claim_of(&engine, s).await.unwrap();
+        assert_eq!(claim.state(clock.now_ms()), ClaimState::Live);
+    }
+    // Many wakes while running coalesce into at most one re-run.
+    for _ in 0..5 {
+        engine.wake(&a.id, crate::store::sessions::Scope::Queued);
+    }
+    provider.release.notify_waiters();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    provider.release.notify_waiters();
+    engine.wait_idle(&a.id).await;
+    engine.wait_idle(&b.id).await;
+    assert_eq!(
+        provider.count(),
+        2,
+        "a coalesced wake with nothing to do must not call the provider"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_steps_retry_a_rate_limit_and_cancel_a_slow_stream() {
+    use crate::provider::openai::OpenAiProvider;
+    use crate::provider::openai::tests::{Reply, config, serve};
+    let slow = Reply {
+        status: 200,
+        pieces: (0..200)
+            .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i} \"}}}}]}}\n\n"))
+            .collect(),
+        pause: Duration::from_millis(20),
+    };
+    let (url, seen) = serve(vec![
+        Reply::status(429, "slow down"),
+        Reply::sse(&[
+            r#"{"choices":[{"delta":{"content":"hello"},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ]),
+        slow,
+    ])
+    .await;
+    let dir = TestDir::new();
+    let provider = Arc::new(OpenAiProvider::new(&config(&url)).unwrap());
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "hi", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(
+        seen.lock().unwrap().requests.len(),
+        2,
+        "one retry after the 429"
+    );
+    assert_eq!(messages(&engine, &session.id).await[1].data.text(), "hello");
+
+    let mut events = engine.subscribe();
+    engine
+        .admit(&session.id, "talk slowly", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_for_event(
+        &mut events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
+    )
+    .await;
+    let asked = std::time::Instant::now();
+    engine.cancel(&session.id);
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Cancelled))
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "cancellation took {:?}",
+        asked.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while seen.lock().unwrap().hangups == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the provider request was not dropped");
+    engine.shutdown().await.unwrap();
+}
+
+#[test]
+fn r4_8_tool_interrupted_strings_are_the_documented_ones() {
+    let part = Part::Text {
+        id: "p".into(),
+        text: crate::message::TOOL_INTERRUPTED.into(),
+    };
+    assert_eq!(
+        part,
+        Part::Text {
+            id: "p".into(),
+            text: "Tool execution interrupted".into()
+        }
+    );
+}

@@ -1,0 +1,142 @@
+//! Sessions and their inputs: creating a session, admitting an input, and choosing
+//! which pending inputs a wake promotes.
+
+use rusqlite::{Connection, Transaction, params};
+
+use crate::claim::{self, ClaimRow, ClaimState};
+use crate::error::{Error, Result};
+use crate::events::{Delivery, Event, EventRecord};
+use crate::ids;
+use crate::projection::{InputRow, SessionRow};
+use crate::store::events::append_unowned;
+use crate::store::rows;
+
+/// Which pending inputs an execution promotes (SPEC §5.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every pending input in admitted order — `queue` and `admit` alike — except
+    /// continuations whose recovery wake is parked or quarantined.
+    Queued,
+    /// Only this continuation input: a recovery wake never promotes unrelated
+    /// pending inputs (invariant 10).
+    Continuation { input_id: String },
+}
+
+/// Creates a session (`session.created`).
+pub fn create(
+    tx: &Transaction<'_>,
+    title: &str,
+    directory: &str,
+    now_ms: i64,
+) -> Result<SessionRow> {
+    let id = ids::new(ids::SESSION, now_ms);
+    append_unowned(
+        tx,
+        &id,
+        now_ms,
+        Event::SessionCreated {
+            title: title.to_string(),
+            directory: directory.to_string(),
+        },
+    )?;
+    rows::session(tx, &id)?.ok_or_else(|| Error::corrupt("a created session vanished"))
+}
+
+/// Admits a user input (`input.admitted`): `queue` sets the durable wake flag.
+pub fn admit(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    prompt: &str,
+    delivery: Delivery,
+    now_ms: i64,
+) -> Result<(InputRow, EventRecord)> {
+    if rows::session(tx, session_id)?.is_none() {
+        return Err(Error::NotFound {
+            kind: "session",
+            id: session_id.to_string(),
+        });
+    }
+    let input_id = ids::new(ids::INPUT, now_ms);
+    let record = append_unowned(
+        tx,
+        session_id,
+        now_ms,
+        Event::InputAdmitted {
+            input_id: input_id.clone(),
+            prompt: prompt.to_string(),
+            delivery,
+            wake_pending: delivery == Delivery::Queue,
+            continuation_of: None,
+        },
+    )?;
+    let input =
+        rows::input(tx, &input_id)?.ok_or_else(|| Error::corrupt("an admitted input vanished"))?;
+    Ok((input, record))
+}
+
+/// The live claim of another owner holding `session_id`, if any.
+pub fn held_by_other(
+    conn: &Connection,
+    session_id: &str,
+    me: &str,
+    now_ms: i64,
+) -> Result<Option<ClaimRow>> {
+    Ok(claim::for_session(conn, session_id)?
+        .filter(|c| c.owner_id != me && c.state(now_ms) == ClaimState::Live))
+}
+
+/// The inputs `scope` promotes now, in admitted order.
+pub fn promotable(conn: &Connection, session_id: &str, scope: &Scope) -> Result<Vec<InputRow>> {
+    let pending = rows::pending_inputs(conn, session_id)?;
+    match scope {
+        Scope::Continuation { input_id } => {
+            Ok(pending.into_iter().filter(|i| &i.id == input_id).collect())
+        }
+        Scope::Queued => {
+            let mut out = Vec::new();
+            for input in pending {
+                match ids::continuation_execution(&input.id) {
+                    None => out.push(input),
+                    Some(execution_id)
+                        if recovery_wake_is_awake(conn, execution_id, &input.id)? =>
+                    {
+                        out.push(input)
+                    }
+                    Some(_) => {}
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn recovery_wake_is_awake(conn: &Connection, execution_id: &str, input_id: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM session_recovery WHERE execution_id = ?1
+             AND continuation_message_id = ?2 AND wake_pending = 1 AND recovery_error IS NULL)",
+        )?
+        .query_row(params![execution_id, input_id], |r| r.get(0))?)
+}
+
+/// Marks a recovery's wake done, in the continuation's promotion transaction.
+pub fn finish_recovery_wake(tx: &Transaction<'_>, input_id: &str) -> Result<()> {
+    if let Some(execution_id) = ids::continuation_execution(input_id) {
+        tx.prepare_cached(
+            "UPDATE session_recovery SET wake_pending = 0
+             WHERE execution_id = ?1 AND continuation_message_id = ?2",
+        )?
+        .execute(params![execution_id, input_id])?;
+    }
+    Ok(())
+}
+
+/// Sessions with an input admitted with a wake that was never promoted (SPEC §5.7).
+pub fn with_pending_input_wakes(conn: &Connection) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT session_id FROM session_input
+         WHERE wake_pending = 1 AND promoted_seq IS NULL ORDER BY session_id",
+    )?;
+    let rows = stmt.query_map([], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}

@@ -1,0 +1,257 @@
+//! Fixtures for the engine's own tests: engines over temp databases, and fake
+//! providers, tools and permissions that count what they are asked.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{Notify, broadcast};
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::message::Finish;
+use crate::provider::{
+    Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, ToolCall, ToolSpec,
+};
+use crate::runner::EngineEvent;
+use crate::store::Store;
+use crate::tools::{
+    BoxFuture, Decision, Permission, PermissionRequest, Prepared, Tool, ToolContext, ToolOutput,
+    ToolRegistry,
+};
+use crate::{Engine, EngineOptions};
+
+/// A temp directory with a database and an owners directory.
+pub(crate) struct TestDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        TestDir {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn db(&self, clock: &SharedClock) -> Db {
+        Db::start(Store::open(&self.dir.path().join("steward.db"), clock.as_ref()).unwrap())
+    }
+
+    pub fn owners(&self) -> std::path::PathBuf {
+        self.dir.path().join("owners")
+    }
+
+    pub fn work(&self) -> String {
+        let work = self.dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        work.to_string_lossy().into_owned()
+    }
+}
+
+pub(crate) async fn engine(
+    dir: &TestDir,
+    clock: SharedClock,
+    config: Config,
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    permission: Arc<dyn Permission>,
+) -> Engine {
+    Engine::start(EngineOptions {
+        db: dir.db(&clock),
+        owners_dir: dir.owners(),
+        clock,
+        config,
+        provider,
+        tools,
+        permission,
+    })
+    .await
+    .unwrap()
+}
+
+/// One scripted answer of a [`FakeProvider`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Answer {
+    pub text: Vec<String>,
+    pub calls: Vec<(String, Value)>,
+    /// Wait for [`FakeProvider::release`] after the text, before the rest.
+    pub hold: bool,
+    pub delay: Duration,
+    pub error: Option<ProviderError>,
+}
+
+impl Answer {
+    pub fn text(text: &str) -> Answer {
+        Answer {
+            text: vec![text.to_string()],
+            ..Answer::default()
+        }
+    }
+
+    pub fn call(tool: &str, input: Value) -> Answer {
+        Answer {
+            calls: vec![(tool.to_string(), input)],
+            ..Answer::default()
+        }
+    }
+}
+
+/// Answers call *n* with answer *n* (the last one repeats) and records each request.
+#[derive(Debug)]
+pub(crate) struct FakeProvider {
+    answers: Vec<Answer>,
+    pub calls: AtomicUsize,
+    pub requests: Mutex<Vec<ProviderRequest>>,
+    pub release: Arc<Notify>,
+}
+
+impl FakeProvider {
+    pub fn new(answers: Vec<Answer>) -> Arc<FakeProvider> {
+        Arc::new(FakeProvider {
+            answers,
+            calls: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
+            release: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Provider for FakeProvider {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    fn model(&self) -> &str {
+        "fake-model"
+    }
+
+    fn stream(&self, request: ProviderRequest) -> ProviderStream {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        self.requests.lock().unwrap().push(request);
+        let answer = self.answers[n.min(self.answers.len() - 1)].clone();
+        let release = self.release.clone();
+        ProviderStream::spawn(move |tx| async move {
+            for chunk in answer.text {
+                if !answer.delay.is_zero() {
+                    tokio::time::sleep(answer.delay).await;
+                }
+                tx.send(Ok(ProviderEvent::TextDelta(chunk))).await;
+            }
+            if answer.hold {
+                release.notified().await;
+            }
+            if let Some(error) = answer.error {
+                tx.send(Err(error)).await;
+                return;
+            }
+            let has_calls = !answer.calls.is_empty();
+            for (i, (tool, input)) in answer.calls.into_iter().enumerate() {
+                tx.send(Ok(ProviderEvent::ToolCall(ToolCall {
+                    call_id: format!("call_{n}_{i}"),
+                    tool,
+                    input,
+                })))
+                .await;
+            }
+            let finish = if has_calls {
+                Finish::ToolCalls
+            } else {
+                Finish::Stop
+            };
+            tx.send(Ok(ProviderEvent::Finish(finish))).await;
+        })
+    }
+}
+
+/// A tool that counts its calls and answers with a fixed output.
+#[derive(Debug)]
+pub(crate) struct FakeTool {
+    pub name: String,
+    pub prepares: Arc<AtomicUsize>,
+    pub runs: Arc<AtomicUsize>,
+}
+
+impl FakeTool {
+    pub fn new(name: &str) -> Arc<FakeTool> {
+        Arc::new(FakeTool {
+            name: name.to_string(),
+            prepares: Arc::new(AtomicUsize::new(0)),
+            runs: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+}
+
+impl Tool for FakeTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: "a fake".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn prepare(&self, _ctx: &ToolContext, _input: &Value) -> BoxFuture<Result<Prepared, String>> {
+        self.prepares.fetch_add(1, Ordering::SeqCst);
+        let runs = self.runs.clone();
+        let output = format!("{} ran", self.name);
+        Box::pin(async move {
+            Ok(Prepared::new(None, move |_stop| {
+                Box::pin(async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    ToolOutput::Completed {
+                        output,
+                        structured: None,
+                    }
+                })
+            }))
+        })
+    }
+}
+
+/// A permission that blocks until released, then answers as told.
+#[derive(Debug)]
+pub(crate) struct GatePermission {
+    pub release: Arc<Notify>,
+    pub asked: AtomicUsize,
+    pub allow: bool,
+}
+
+impl Permission for GatePermission {
+    fn decide(&self, _request: PermissionRequest) -> BoxFuture<Decision> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let release = self.release.clone();
+        let allow = self.allow;
+        Box::pin(async move {
+            release.notified().await;
+            if allow {
+                Decision::Allow
+            } else {
+                Decision::Deny("denied by the test".into())
+            }
+        })
+    }
+}
+
+/// Waits (up to 10 s) for a committed event matching `pred`.
+pub(crate) async fn wait_for_event(
+    events: &mut broadcast::Receiver<EngineEvent>,
+    pred: impl Fn(&EngineEvent) -> bool,
+) -> EngineEvent {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.recv().await {
+                Ok(event) if pred(&event) => return event,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("events closed: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("the event never came")
+}

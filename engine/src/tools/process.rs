@@ -1,0 +1,514 @@
+//! Tool processes that never outlive their owner.
+//!
+//! Each command runs in its own process group under a small `sh` wrapper that:
+//! - waits at a gate (a line `go` on its stdin) before the command may run, so the
+//!   runner can record the process identity in `tool.started` first;
+//! - on Linux, is given `PR_SET_PDEATHSIG` = SIGHUP before exec, and answers that
+//!   signal by killing its whole group — so when Steward dies however it dies, the
+//!   command and its children die with it.
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the
+//! process; so every tool process is spawned from one long-lived spawner thread.
+//! Elsewhere (no `prctl`), recovery stops leftover groups instead ([`stop_leftover`]).
+//!
+//! A process is known by pid, process group, start time (clock ticks since boot,
+//! from `/proc/<pid>/stat`) and boot id: a reused pid never matches, and a process
+//! whose identity does not match is never signalled.
+
+#![allow(unsafe_code)] // fork-time setup (prctl) and signals to process groups
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::message::ProcessIdentity;
+
+/// The wrapper: gate, then the command in the background of a shell that kills its
+/// group when its parent dies (SIGHUP from PDEATHSIG).
+const WRAPPER: &str = r#"trap 'kill -KILL 0' HUP
+IFS= read -r gate || exit 125
+[ "$gate" = go ] || exit 125
+exec 0</dev/null
+sh -c "$1" &
+wait $!"#;
+
+/// Set to `1` to start tool processes without `PR_SET_PDEATHSIG` (tests of the
+/// recovery path that stops leftover process groups).
+pub const NO_PDEATHSIG_ENV: &str = "STEWARD_TEST_NO_PDEATHSIG";
+
+struct SpawnRequest {
+    command: String,
+    cwd: PathBuf,
+    runtime: tokio::runtime::Handle,
+    reply: tokio::sync::oneshot::Sender<io::Result<Child>>,
+}
+
+/// The one thread that forks tool processes, alive for the whole process.
+fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("steward-tool-spawner".into())
+            .spawn(move || {
+                while let Ok(request) = rx.recv() {
+                    let _runtime = request.runtime.enter();
+                    let _ = request
+                        .reply
+                        .send(spawn_here(&request.command, &request.cwd));
+                }
+            })
+            .expect("spawn the tool spawner thread");
+        tx
+    })
+}
+
+fn spawn_here(command: &str, cwd: &Path) -> io::Result<Child> {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(WRAPPER)
+        .arg("steward-tool")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    #[cfg(target_os = "linux")]
+    if std::env::var(NO_PDEATHSIG_ENV).as_deref() != Ok("1") {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: between fork and exec only async-signal-safe calls are made
+        // (prctl, getppid, _exit), touching no memory the parent owns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(125);
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn()
+}
+
+/// A command started and held at its gate.
+#[derive(Debug)]
+pub struct GatedProcess {
+    child: Child,
+    gate: Option<ChildStdin>,
+    pub identity: ProcessIdentity,
+    finished: bool,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit code, or `None` when a signal ended it.
+    Exited(Option<i32>),
+    TimedOut,
+    Cancelled,
+    Aborted,
+}
+
+/// What a finished command left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub exit: Exit,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub truncated: bool,
+}
+
+impl GatedProcess {
+    /// Starts `command` (via `sh -c`) in `cwd`, in a new process group, held at the
+    /// gate. Nothing of the command has run when this returns.
+    pub async fn spawn(command: &str, cwd: &Path) -> io::Result<GatedProcess> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        spawner()
+            .send(SpawnRequest {
+                command: command.to_string(),
+                cwd: cwd.to_path_buf(),
+                runtime: tokio::runtime::Handle::current(),
+                reply,
+            })
+            .map_err(|_| io::Error::other("the tool spawner thread is gone"))?;
+        let mut child = answer
+            .await
+            .map_err(|_| io::Error::other("the tool spawner dropped a request"))??;
+        let pid = child
+            .id()
+            .ok_or_else(|| io::Error::other("the tool process has no pid"))?
+            as i32;
+        let identity = match identify(pid) {
+            Some(identity) => identity,
+            None => {
+                kill_group(pid, libc::SIGKILL);
+                let _ = child.wait().await;
+                return Err(io::Error::other("cannot read the tool process's identity"));
+            }
+        };
+        let gate = child.stdin.take();
+        Ok(GatedProcess {
+            child,
+            gate,
+            identity,
+            finished: false,
+        })
+    }
+
+    /// Opens the gate and waits for the command, stopping it on timeout or when
+    /// told to. Output beyond `limit` bytes per stream is read and dropped.
+    pub async fn run(
+        mut self,
+        timeout: Duration,
+        limit: usize,
+        grace: Duration,
+        stop: crate::tools::StopSignals,
+    ) -> io::Result<Finished> {
+        let stdout = tokio::spawn(read_capped(self.child.stdout.take(), limit));
+        let stderr = tokio::spawn(read_capped(self.child.stderr.take(), limit));
+        let mut gate = self
+            .gate
+            .take()
+            .ok_or_else(|| io::Error::other("gate already opened"))?;
+        gate.write_all(b"go\n").await?;
+        drop(gate);
+        let pgid = self.identity.pgid;
+        let exit = tokio::select! {
+            status = self.child.wait() => Exit::Exited(status?.code()),
+            _ = tokio::time::sleep(timeout) => {
+                self.terminate(grace).await;
+                Exit::TimedOut
+            }
+            _ = stop.cancel.cancelled() => {
+                self.terminate(grace).await;
+                Exit::Cancelled
+            }
+            _ = stop.abort.cancelled() => {
+                kill_group(pgid, libc::SIGKILL);
+                let _ = self.child.wait().await;
+                Exit::Aborted
+            }
+        };
+        // Whatever the command left behind in its group goes too.
+        kill_group(pgid, libc::SIGKILL);
+        self.finished = true;
+        let drain = async {
+            let (out, err) = (stdout.await, stderr.await);
+            (out.unwrap_or_default(), err.unwrap_or_default())
+        };
+        let ((stdout, t1), (stderr, t2)) = tokio::time::timeout(Duration::from_secs(2), drain)
+            .await
+            .unwrap_or_default();
+        Ok(Finished {
+            exit,
+            stdout,
+            stderr,
+            truncated: t1 || t2,
+        })
+    }
+
+    /// SIGTERM to the group, a grace period, then SIGKILL.
+    async fn terminate(&mut self, grace: Duration) {
+        kill_group(self.identity.pgid, libc::SIGTERM);
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            kill_group(self.identity.pgid, libc::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+    }
+}
+
+impl Drop for GatedProcess {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Never started or abandoned mid-run: nothing of it may outlive us.
+            kill_group(self.identity.pgid, libc::SIGKILL);
+        }
+    }
+}
+
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, limit: usize) -> (Vec<u8>, bool) {
+    let Some(mut pipe) = pipe else {
+        return (Vec::new(), false);
+    };
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let mut buf = [0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = limit.saturating_sub(kept.len());
+                if n > room {
+                    truncated = true;
+                }
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+fn kill_group(pgid: i32, signal: libc::c_int) {
+    if pgid > 1 {
+        // SAFETY: plain syscall; a negative pid addresses the process group.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+/// `/proc/<pid>/stat`: (process group, start time in clock ticks since boot).
+fn stat(pid: i32) -> Option<(i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); pgrp is field 5, starttime field 22.
+    Some((fields.get(2)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// This boot of this machine.
+pub fn boot_id() -> String {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
+    .clone()
+}
+
+/// The identity of a live process that leads its own group.
+pub fn identify(pid: i32) -> Option<ProcessIdentity> {
+    let (pgid, start_time) = stat(pid)?;
+    Some(ProcessIdentity {
+        pid,
+        pgid,
+        start_time,
+        boot_id: boot_id(),
+        hostname: crate::owner::hostname(),
+    })
+}
+
+/// What [`stop_leftover`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nothing of the group runs any more.
+    Gone,
+    /// The group was still running and has been killed.
+    Stopped,
+    /// The pid now belongs to another process (different start time): not signalled.
+    Reused,
+    /// Another host or another boot: nothing here can be proven, nothing signalled.
+    Elsewhere,
+}
+
+/// Kills what is left of a recorded tool process group, if — and only if — it is
+/// provably that group: same host, same boot, and the leader's start time matches
+/// (or, with the leader gone, members of its group that started after it).
+pub fn stop_leftover(identity: &ProcessIdentity) -> Leftover {
+    if identity.hostname != crate::owner::hostname()
+        || identity.boot_id != boot_id()
+        || identity.boot_id.is_empty()
+    {
+        return Leftover::Elsewhere;
+    }
+    let pgid = identity.pgid;
+    if let Some((_, start)) = stat(pgid) {
+        if start != identity.start_time {
+            // Linux never hands out a pid still used as a group id, so the original
+            // group has no members left.
+            return Leftover::Reused;
+        }
+        kill_group(pgid, libc::SIGKILL);
+        return Leftover::Stopped;
+    }
+    let members = group_members(pgid, identity.start_time);
+    if members.is_empty() {
+        return Leftover::Gone;
+    }
+    kill_group(pgid, libc::SIGKILL);
+    Leftover::Stopped
+}
+
+/// Live processes in group `pgid` that started at or after `since`.
+fn group_members(pgid: i32, since: u64) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| matches!(stat(*pid), Some((g, start)) if g == pgid && start >= since))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::StopSignals;
+    use pretty_assertions::assert_eq;
+
+    fn alive(pid: i32) -> bool {
+        // Zombies count as gone.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn a_gated_command_runs_only_after_the_gate_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let process = GatedProcess::spawn("echo ran >> marker; echo out; echo err >&2", dir.path())
+            .await
+            .unwrap();
+        assert_eq!(process.identity.pid, process.identity.pgid);
+        assert_eq!(
+            identify(process.identity.pid),
+            Some(process.identity.clone())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !dir.path().join("marker").exists(),
+            "the command ran before the gate"
+        );
+        let done = process
+            .run(
+                Duration::from_secs(10),
+                1024,
+                Duration::from_secs(1),
+                StopSignals::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            done,
+            Finished {
+                exit: Exit::Exited(Some(0)),
+                stdout: b"out\n".to_vec(),
+                stderr: b"err\n".to_vec(),
+                truncated: false,
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("marker")).unwrap(),
+            "ran\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_gated_process_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let process = GatedProcess::spawn("touch marker", dir.path())
+            .await
+            .unwrap();
+        let pid = process.identity.pid;
+        drop(process);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!dir.path().join("marker").exists());
+        assert!(!alive(pid));
+    }
+
+    #[tokio::test]
+    async fn timeouts_and_cancellation_stop_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "sleep 300 & echo $! > child.pid; sleep 300";
+        let process = GatedProcess::spawn(command, dir.path()).await.unwrap();
+        let done = process
+            .run(
+                Duration::from_millis(300),
+                1024,
+                Duration::from_millis(200),
+                StopSignals::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(done.exit, Exit::TimedOut);
+        let child: i32 = std::fs::read_to_string(dir.path().join("child.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!alive(child), "a grandchild survived the timeout");
+
+        let process = GatedProcess::spawn(command, dir.path()).await.unwrap();
+        let stop = StopSignals::default();
+        let cancel = stop.cancel.clone();
+        let run = tokio::spawn(process.run(
+            Duration::from_secs(60),
+            1024,
+            Duration::from_millis(200),
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+        assert_eq!(run.await.unwrap().unwrap().exit, Exit::Cancelled);
+        let child: i32 = std::fs::read_to_string(dir.path().join("child.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!alive(child), "a grandchild survived the cancellation");
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_but_drained() {
+        let dir = tempfile::tempdir().unwrap();
+        let process = GatedProcess::spawn("head -c 100000 /dev/zero | tr '\\0' x", dir.path())
+            .await
+            .unwrap();
+        let done = process
+            .run(
+                Duration::from_secs(10),
+                1000,
+                Duration::from_secs(1),
+                StopSignals::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.exit, done.stdout.len(), done.truncated),
+            (Exit::Exited(Some(0)), 1000, true)
+        );
+    }
+
+    #[test]
+    fn a_reused_pid_is_never_signalled() {
+        let mut unrelated = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(&mut unrelated, 0);
+        let mut unrelated = unrelated.arg("300").spawn().unwrap();
+        let pid = unrelated.id() as i32;
+        let mut identity = identify(pid).unwrap();
+        identity.start_time += 1;
+        assert_eq!(stop_leftover(&identity), Leftover::Reused);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            alive(pid),
+            "a process with another start time was signalled"
+        );
+        let real = identify(pid).unwrap();
+        assert_eq!(stop_leftover(&real), Leftover::Stopped);
+        unrelated.wait().unwrap();
+        assert_eq!(stop_leftover(&real), Leftover::Gone);
+        let mut elsewhere = real.clone();
+        elsewhere.boot_id = "another-boot".into();
+        assert_eq!(stop_leftover(&elsewhere), Leftover::Elsewhere);
+    }
+}

@@ -1,0 +1,217 @@
+//! `steward run`, `sessions` and `show` on the real binary.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::support::{Env, code, helper_bin, stderr, stdout};
+
+pub fn write_script(env: &Env, name: &str, toml: &str) -> String {
+    let path = env.root.path().join(name);
+    std::fs::write(&path, toml).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+pub fn work_dir(env: &Env) -> String {
+    let work = env.root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    work.to_string_lossy().into_owned()
+}
+
+pub fn show(env: &Env, session: &str) -> Value {
+    let output = env.run(&["show", session, "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).unwrap()
+}
+
+pub fn only_session(env: &Env) -> String {
+    let output = env.run(&["sessions", "--json"]);
+    let list: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    list[0]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn r4_run_with_a_command_tool_works_from_a_fresh_data_dir() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "script.toml",
+        r#"
+        [[step]]
+        text = ["Running it."]
+        tool_calls = [{ tool = "run_command", input = { command = "echo from-the-tool; pwd" } }]
+        [[step]]
+        text = ["Done."]
+    "#,
+    );
+    let output = env
+        .cmd()
+        .args([
+            "--script", &script, "run", "--yes", "--dir", &work, "please", "run", "it",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(stdout(&output), "Running it.\nDone.\n");
+    assert!(
+        stderr(&output).contains("→ run_command"),
+        "{}",
+        stderr(&output)
+    );
+    let session = only_session(&env);
+    let shown = show(&env, &session);
+    assert_eq!(shown["session"]["title"], "please run it");
+    assert_eq!(shown["session"]["directory"], work);
+    let messages = shown["messages"].as_array().unwrap();
+    let types: Vec<&str> = messages
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, vec!["user", "assistant", "assistant"]);
+    let tool = &messages[1]["data"]["parts"][1];
+    assert_eq!(tool["tool"], "run_command");
+    assert_eq!(tool["state"]["status"], "completed");
+    assert_eq!(tool["state"]["output"], format!("from-the-tool\n{work}\n"));
+    assert_eq!(tool["state"]["structured"]["exit_code"], 0);
+    assert!(tool["state"]["process"]["pid"].as_i64().unwrap() > 0);
+    assert_eq!(shown["pending_inputs"], Value::Array(vec![]));
+    let listed: Value = serde_json::from_str(&stdout(&env.run(&["sessions", "--json"]))).unwrap();
+    assert_eq!(listed[0]["state"], "idle");
+    let doctor = env.run(&["doctor"]);
+    assert_eq!(code(&doctor), 0, "{}", stdout(&doctor));
+}
+
+#[test]
+fn r4_run_json_prints_one_event_per_line() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let output = env
+        .cmd()
+        .args(["run", "--json", "--dir", &work, "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let lines: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types[..2].to_vec(),
+        vec!["input.admitted", "input.promoted"]
+    );
+    assert!(types.contains(&"tool.completed"), "{types:?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        &serde_json::json!({
+            "type": "run.finished", "session_id": lines[0]["session_id"], "outcome": "idle", "error": null
+        })
+    );
+    let seqs: Vec<i64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["seq"].as_i64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
+
+#[test]
+fn r4_3_run_on_a_session_held_by_another_live_owner_exits_4_and_admits_nothing() {
+    let env = Env::new();
+    std::fs::create_dir_all(&env.data).unwrap();
+    let mut holder = Command::new(helper_bin())
+        .args([
+            "hold-claim",
+            env.data.to_str().unwrap(),
+            "ses_held",
+            "30000",
+        ])
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let owner = line.split_whitespace().nth(1).unwrap().to_string();
+    let output = env.run(&["run", "--session", "ses_held", "are you there?"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(code(&output), 4, "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("busy") && err.contains(&owner), "{err}");
+    let shown = show(&env, "ses_held");
+    assert_eq!(shown["pending_inputs"], Value::Array(vec![]));
+    assert_eq!(shown["messages"], Value::Array(vec![]));
+}
+
+#[test]
+fn r4_ctrl_c_during_run_cancels_records_it_and_exits_130() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "slow.toml",
+        r#"
+        [[step]]
+        text = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight "]
+        delay_ms = 400
+    "#,
+    );
+    let child = env
+        .cmd()
+        .args(["--script", &script, "run", "--dir", &work, "count slowly"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the session has streamed something.
+    let started = Instant::now();
+    loop {
+        let listed = env.run(&["sessions", "--json"]);
+        let list: Value = serde_json::from_str(&stdout(&listed)).unwrap_or(Value::Null);
+        if list[0]["state"] == "running" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(code(&output), 130, "{}", stderr(&output));
+    let session = only_session(&env);
+    let shown = show(&env, &session);
+    let assistant = &shown["messages"][1]["data"];
+    assert_eq!(assistant["finish"], "error");
+    assert_eq!(
+        assistant["error"]["message"],
+        "Session execution interrupted"
+    );
+    assert!(
+        assistant["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("one ")
+    );
+    let listed: Value = serde_json::from_str(&stdout(&env.run(&["sessions", "--json"]))).unwrap();
+    assert_eq!(listed[0]["state"], "idle");
+    let inspect = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&inspect), 0, "{}", stdout(&inspect));
+}
+
+#[test]
+fn show_of_an_unknown_session_fails_clearly() {
+    let env = Env::new();
+    let output = env.run(&["show", "ses_nope"]);
+    assert_eq!(code(&output), 1);
+    assert_eq!(stderr(&output), "steward: session ses_nope not found\n");
+}

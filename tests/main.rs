@@ -3,5 +3,7 @@
 mod support;
 
 mod claims;
+mod recovery;
 mod run;
 mod store_refusals;
+mod tool_processes;

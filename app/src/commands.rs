@@ -1,6 +1,10 @@
 //! One file per subcommand.
 
+pub mod discard;
 pub mod doctor;
+pub mod inspect;
+pub mod recover;
 pub mod run;
 pub mod sessions;
 pub mod show;
+pub mod wake;

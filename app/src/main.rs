@@ -73,6 +73,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The inspector, read-only: owners, claims, quarantined rows, pending wakes and
+    /// recoveries. Never writes, never recovers; refreshes live on a terminal.
+    Inspect {
+        /// Print one JSON snapshot.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One recovery pass now; then the durable wakes it finds are redriven and their
+    /// sessions run until idle (unless --no-wake). Prints the report.
+    Recover {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Reconcile only; leave the wakes pending.
+        #[arg(long)]
+        no_wake: bool,
+    },
+    /// Continue a pending, parked or quarantined recovery wake (the session then runs
+    /// until idle), or hand a quarantined claim back to recovery.
+    Wake {
+        /// The execution id (`exe_…`).
+        execution_id: String,
+    },
+    /// Discard a recovery wake or a quarantined claim. Never runs anything.
+    Discard {
+        /// The execution id (`exe_…`).
+        execution_id: String,
+    },
     /// Check integrity, schema version, and that every projection equals a replay of
     /// its event log. Never recovers or runs anything.
     Doctor {
@@ -110,6 +138,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let Some(command) = cli.command else {
         bail!("the terminal interface is not part of this build yet; see `steward --help`");
     };
+    if let Command::Inspect { json } = command {
+        // Never writes: no database is created, no log file either.
+        return commands::inspect::run(&paths, &clock, json);
+    }
     let store = open_store(&paths, clock.as_ref())?;
     let _log_guard = logging::init(&paths.logs);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), data_dir = %paths.data_dir.display(), "steward started");
@@ -122,7 +154,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => commands::run::run(&ctx, store, args),
         Command::Sessions { json } => commands::sessions::run(&store, ctx.clock.now_ms(), json),
         Command::Show { session, json } => commands::show::run(&store, &session, json),
+        Command::Recover { json, no_wake } => commands::recover::run(&ctx, store, json, no_wake),
+        Command::Wake { execution_id } => commands::wake::run(&ctx, store, execution_id),
+        Command::Discard { execution_id } => {
+            commands::discard::run(store, ctx.clock.now_ms(), &execution_id)
+        }
         Command::Doctor { json } => commands::doctor::run(&store, json),
+        Command::Inspect { .. } => unreachable!("handled before the store opens"),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, EventRecord, Origin};
 use crate::ids;
 use crate::phase::{Phase, PhaseChange};
-use crate::store::events::append;
+use crate::store::events::{append, append_all_onto};
 
 /// The identity an execution writes under: the fence of SPEC §4.4.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -299,6 +299,23 @@ impl<'a, 'c> Fenced<'a, 'c> {
         })
     }
 
+    /// For recovery: the takeover that produced `claim` ran in this very transaction
+    /// and is the compare-and-set that fences it, so no second check is needed.
+    pub(crate) fn after_takeover(
+        tx: &'a Transaction<'c>,
+        claim: &'a Claim,
+        now_ms: i64,
+        phase: Phase,
+    ) -> Self {
+        Fenced {
+            tx,
+            claim,
+            now_ms,
+            phase,
+            appended: Vec::new(),
+        }
+    }
+
     pub fn tx(&self) -> &'a Transaction<'c> {
         self.tx
     }
@@ -326,6 +343,30 @@ impl<'a, 'c> Fenced<'a, 'c> {
         )?;
         self.appended.push(record.clone());
         Ok(record)
+    }
+
+    /// Appends several events under this claim; the rows they touch are read and
+    /// written once.
+    pub fn append_all(&mut self, events: Vec<Event>) -> Result<Vec<EventRecord>> {
+        self.append_all_onto(events, crate::projection::Projection::default())
+    }
+
+    /// [`Fenced::append_all`] onto rows already read in this transaction.
+    pub fn append_all_onto(
+        &mut self,
+        events: Vec<Event>,
+        preloaded: crate::projection::Projection,
+    ) -> Result<Vec<EventRecord>> {
+        let records = append_all_onto(
+            self.tx,
+            &self.claim.session_id,
+            Some(&self.claim.origin()),
+            self.now_ms,
+            events,
+            preloaded,
+        )?;
+        self.appended.extend(records.iter().cloned());
+        Ok(records)
     }
 
     /// The events appended so far in this transaction.
@@ -443,24 +484,44 @@ pub fn takeover(
     lease_ms: i64,
     slack_ms: i64,
 ) -> Result<Option<Claim>> {
-    let epoch: Option<Value> = tx
-        .prepare_cached(
-            "UPDATE session_execution SET owner_id = ?5, epoch = epoch + 1, expires_at = ?6 + ?7
-             WHERE id = ?1 AND session_id = ?2 AND owner_id = ?3 AND epoch = ?4
-               AND recovery_error IS NULL
-               AND (typeof(expires_at) != 'integer' OR expires_at <= ?6 OR expires_at > ?6 + ?7 + ?8)
-             RETURNING epoch",
-        )?
-        .query_row(
-            params![row.id, row.session_id, row.owner_id, row.epoch, me, now_ms, lease_ms, slack_ms],
-            |r| r.get(0),
-        )
-        .optional()?;
+    const GUARD: &str = "WHERE id = ?1 AND session_id = ?2 AND owner_id = ?3 AND epoch = ?4
+           AND recovery_error IS NULL
+           AND (typeof(expires_at) != 'integer' OR expires_at <= ?6 OR expires_at > ?6 + ?7 + ?8)";
+    let params = params![
+        row.id,
+        row.session_id,
+        row.owner_id,
+        row.epoch,
+        me,
+        now_ms,
+        lease_ms,
+        slack_ms
+    ];
+    let epoch = match row.epoch() {
+        // The usual case: the new epoch is known, so no RETURNING is needed.
+        Some(prior) => {
+            let changed = tx
+                .prepare_cached(&format!(
+                    "UPDATE session_execution SET owner_id = ?5, epoch = epoch + 1, expires_at = ?6 + ?7 {GUARD}"
+                ))?
+                .execute(params)?;
+            (changed == 1).then_some(prior + 1)
+        }
+        // A damaged row (non-integer epoch): ask SQLite what `epoch + 1` became.
+        None => tx
+            .prepare_cached(&format!(
+                "UPDATE session_execution SET owner_id = ?5, epoch = epoch + 1, expires_at = ?6 + ?7 {GUARD}
+                 RETURNING epoch"
+            ))?
+            .query_row(params, |r| r.get::<_, Value>(0))
+            .optional()?
+            .map(|v| integer(&v).unwrap_or_default()),
+    };
     Ok(epoch.map(|epoch| Claim {
         execution_id: row.id.clone(),
         session_id: row.session_id.clone(),
         owner_id: me.to_string(),
-        epoch: integer(&epoch).unwrap_or_default(),
+        epoch,
     }))
 }
 

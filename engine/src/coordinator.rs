@@ -38,7 +38,7 @@ pub enum SessionOutcome {
 /// Reconciles an expired claim that blocks an acquisition (recovery, SPEC §5).
 pub trait ExpiredClaims: Send + Sync + std::fmt::Debug {
     /// Recovers `claim` now if it can; returns when it is done (or cannot be).
-    fn recover(&self, claim: ClaimRow) -> crate::tools::BoxFuture<()>;
+    fn recover(self: Arc<Self>, claim: ClaimRow) -> crate::tools::BoxFuture<()>;
 }
 
 #[derive(Debug)]
@@ -224,9 +224,19 @@ async fn run_once(
         let acquired_at = services.clock.monotonic();
         let now = services.clock.now_ms();
         let (session, owner) = (session_id.to_string(), inner.owner_id.clone());
+        let continuation = match &scope {
+            Scope::Continuation { input_id } => Some(input_id.clone()),
+            Scope::Queued => None,
+        };
         let result = services
             .db
-            .write(move |tx| claim::acquire(tx, &session, &owner, now, lease_ms))
+            .write(move |tx| {
+                let acquired = claim::acquire(tx, &session, &owner, now, lease_ms)?;
+                if let (Acquire::Acquired(_), Some(input_id)) = (&acquired, &continuation) {
+                    crate::recovery::wakes::count_attempt(tx, input_id)?;
+                }
+                Ok(acquired)
+            })
             .await;
         match result {
             Ok(Acquire::Acquired(claim)) => break (claim, acquired_at),

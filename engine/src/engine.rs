@@ -1,11 +1,19 @@
 //! The engine facade: one owner (registered and locked for the process's life), the
-//! coordinator, and the operations front ends call — create a session, admit an
-//! input, wake, cancel, wait.
+//! coordinator, recovery, and the operations front ends call — create a session,
+//! admit an input, wake, cancel, wait, recover, redrive wakes.
+
+mod background;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::broadcast;
+
+use crate::claim::ClaimRow;
+use crate::coordinator::ExpiredClaims;
+use crate::recovery::{self, Cursor, RecoveryReport, WakeReport};
+use crate::tools::BoxFuture;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -19,6 +27,14 @@ use crate::provider::Provider;
 use crate::runner::{EngineEvent, RunnerStats, Services};
 use crate::store::sessions::{self, Scope};
 use crate::tools::{Permission, ToolRegistry};
+
+/// What [`Engine::redrive_wakes`] started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Redrive {
+    pub report: WakeReport,
+    /// Sessions woken, in order.
+    pub sessions: Vec<String>,
+}
 
 /// Everything an engine is made of.
 #[derive(Debug, Clone)]
@@ -39,6 +55,79 @@ pub struct Engine {
     services: Services,
     owner: Owner,
     coordinator: Coordinator,
+    recoverer: Arc<Recoverer>,
+    background: Mutex<Option<background::Background>>,
+}
+
+/// Runs recovery passes for one owner, one at a time in this process.
+#[derive(Debug)]
+pub struct Recoverer {
+    services: Services,
+    params: recovery::Params,
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Recoverer {
+    /// One pass: probe owners, then batches until a short one (SPEC §5.2). Each batch
+    /// is its own job on the writer, so heartbeats and commits interleave.
+    pub async fn pass(&self) -> Result<RecoveryReport> {
+        let _one_at_a_time = self.running.lock().await;
+        let started = Instant::now();
+        let now = self.services.clock.now_ms();
+        let db = &self.services.db;
+        let me = self.params.owner_id.clone();
+        let dead = db
+            .write(move |tx| recovery::expire_dead_owners(tx, &me, now))
+            .await?;
+        let mut report = RecoveryReport {
+            dead_owners: dead.iter().map(|o| o.id.clone()).collect(),
+            ..RecoveryReport::default()
+        };
+        let mut cursor = Cursor::default();
+        while !cursor.done {
+            let params = self.params.clone();
+            let (c, r) = (cursor, report);
+            (cursor, report) = db
+                .with_conn(move |conn| {
+                    let (mut c, mut r) = (c, r);
+                    recovery::recover_batch(conn, &params, now, &mut c, &mut r)?;
+                    Ok((c, r))
+                })
+                .await?;
+            if !cursor.done {
+                crate::failpoint!("recovery.between_batches");
+            }
+        }
+        if !report.recovered.is_empty() {
+            crate::failpoint!("recovery.after_commit");
+        }
+        db.write(move |tx| recovery::forget_dead_owners(tx, &dead))
+            .await?;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        if report.scanned > 0 {
+            tracing::info!(
+                recovered = report.recovered.len(),
+                quarantined = report.quarantined.len(),
+                superseded = report.superseded,
+                safe = report.discarded_safe,
+                ms = report.duration_ms,
+                "recovery pass"
+            );
+        }
+        Ok(report)
+    }
+}
+
+impl ExpiredClaims for Recoverer {
+    fn recover(self: Arc<Self>, _claim: ClaimRow) -> BoxFuture<()> {
+        // The pass finds the claim itself (it is expired); a failure leaves it for
+        // the next pass.
+        Box::pin(async move {
+            if let Err(e) = self.pass().await {
+                tracing::error!(error = %e, "recovery pass failed");
+            }
+        })
+    }
 }
 
 impl Engine {
@@ -67,11 +156,77 @@ impl Engine {
             owner.id.clone(),
             services.config.lease.clone(),
         );
+        let recoverer = Arc::new(Recoverer {
+            services: services.clone(),
+            params: recovery::Params {
+                owner_id: owner.id.clone(),
+                lease_ms: i64::try_from(services.config.lease.lease_ms).unwrap_or(i64::MAX),
+                slack_ms: recovery::CLOCK_SLACK_MS,
+            },
+            running: tokio::sync::Mutex::new(()),
+        });
+        coordinator.set_expired_handler(recoverer.clone());
         Ok(Engine {
             services,
             owner,
             coordinator,
+            recoverer,
+            background: Mutex::new(None),
         })
+    }
+
+    /// One recovery pass now (SPEC §5.1).
+    pub async fn recover(&self) -> Result<RecoveryReport> {
+        self.recoverer.pass().await
+    }
+
+    /// Starts the durable wakes that are due (SPEC §5.7): recovery wakes — each
+    /// promoting only its continuation — and inputs admitted with a wake that no
+    /// execution promoted. Returns what was started.
+    pub async fn redrive_wakes(&self) -> Result<Redrive> {
+        let (candidates, quarantined) =
+            self.services.db.with_conn(recovery::recovery_wakes).await?;
+        let mut sessions: Vec<String> = Vec::new();
+        for candidate in &candidates {
+            self.wake(
+                &candidate.session_id,
+                Scope::Continuation {
+                    input_id: candidate.input_id.clone(),
+                },
+            );
+            if !sessions.contains(&candidate.session_id) {
+                sessions.push(candidate.session_id.clone());
+            }
+        }
+        let waiting = self
+            .services
+            .db
+            .read(sessions::with_pending_input_wakes)
+            .await?;
+        for session_id in waiting {
+            if !sessions.contains(&session_id) && !self.coordinator.is_running(&session_id) {
+                self.wake(&session_id, Scope::Queued);
+                sessions.push(session_id);
+            }
+        }
+        Ok(Redrive {
+            report: WakeReport {
+                redriven: candidates.len(),
+                failed: 0,
+                quarantined,
+            },
+            sessions,
+        })
+    }
+
+    /// For long-lived front ends (TUI, ACP): recovers whenever another owner's claim
+    /// expires or an owner is proven dead, and picks up wakes other processes left —
+    /// on a timer, on the data-directory doorbell, and on a slow poll.
+    pub fn start_background(&self) {
+        let mut slot = self.background.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(background::Background::spawn(self));
+        }
     }
 
     pub fn owner_id(&self) -> &str {
@@ -187,6 +342,14 @@ impl Engine {
 
     /// Cancels everything running here, waits for it, and unregisters the owner.
     pub async fn shutdown(self) -> Result<()> {
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(background) = background {
+            background.stop().await;
+        }
         for session in self.coordinator.running() {
             self.coordinator.cancel(&session);
         }
@@ -198,3 +361,6 @@ impl Engine {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -106,7 +106,7 @@ fn ids(conn: &Connection, sql: &str) -> Result<BTreeSet<String>> {
 }
 
 /// `inspect --json` (INTERFACE.md).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Snapshot {
     pub owners: Vec<OwnerView>,
     pub claims: Vec<ClaimView>,

@@ -243,13 +243,55 @@ impl AssistantData {
     }
 }
 
-/// One ordered part of an assistant message.
+/// One ordered part of an assistant message, tagged by `type` (`text` | `tool`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
+#[serde(try_from = "RawPart")]
 #[allow(clippy::large_enum_variant)] // most parts of a step are tools; boxing buys nothing
 pub enum Part {
     Text { id: String, text: String },
     Tool(ToolPart),
+}
+
+/// A part as stored, read field by field: serde's internally tagged enums buffer
+/// every part before deciding its variant, which made decoding transcripts (and so
+/// recovery) several times slower.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPart {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    call_id: Option<String>,
+    tool: Option<String>,
+    state: Option<ToolState>,
+}
+
+impl TryFrom<RawPart> for Part {
+    type Error = String;
+
+    fn try_from(raw: RawPart) -> Result<Part, String> {
+        match (
+            raw.kind.as_str(),
+            raw.text,
+            raw.call_id,
+            raw.tool,
+            raw.state,
+        ) {
+            ("text", Some(text), None, None, None) => Ok(Part::Text { id: raw.id, text }),
+            ("tool", None, Some(call_id), Some(tool), Some(state)) => Ok(Part::Tool(ToolPart {
+                id: raw.id,
+                call_id,
+                tool,
+                state,
+            })),
+            (kind, ..) => Err(format!(
+                "part {} of type {kind:?} has the wrong fields",
+                raw.id
+            )),
+        }
+    }
 }
 
 /// A tool call and its state.

@@ -86,7 +86,8 @@ pub struct ProjectionError {
     pub reason: String,
 }
 
-/// The rows an event reads or writes besides its session row.
+/// The stored rows an event changes besides its session row. Rows an event creates
+/// are not read first: the tables' primary keys refuse a duplicate.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Needs {
     pub messages: Vec<String>,
@@ -97,42 +98,25 @@ pub struct Needs {
 pub fn needs(event: &Event) -> Needs {
     let mut needs = Needs::default();
     match event {
-        Event::SessionCreated { .. } | Event::InspectorAction { .. } => {}
-        Event::CompactionStarted { .. } => {}
-        Event::InputAdmitted { input_id, .. } => needs.inputs.push(input_id.clone()),
-        Event::InputPromoted {
-            input_id,
-            message_id,
-        } => {
-            needs.inputs.push(input_id.clone());
-            needs.messages.push(message_id.clone());
-        }
-        Event::StepStarted { message_id, .. }
-        | Event::StepText { message_id, .. }
+        Event::SessionCreated { .. }
+        | Event::InspectorAction { .. }
+        | Event::CompactionStarted { .. }
+        | Event::InputAdmitted { .. }
+        | Event::StepStarted { .. }
+        | Event::CompactionEnded { .. } => {}
+        Event::InputPromoted { input_id, .. } => needs.inputs.push(input_id.clone()),
+        Event::StepText { message_id, .. }
         | Event::ToolCalled { message_id, .. }
         | Event::ToolStarted { message_id, .. }
         | Event::ToolCompleted { message_id, .. }
         | Event::ToolFailed { message_id, .. }
         | Event::StepEnded { message_id, .. }
-        | Event::StepFailed { message_id, .. }
-        | Event::CompactionEnded { message_id, .. } => needs.messages.push(message_id.clone()),
-        Event::StepInterrupted {
-            execution_id,
-            message_id,
-        } => needs.messages.push(
-            message_id
-                .clone()
-                .unwrap_or_else(|| ids::interrupted_message(execution_id)),
-        ),
+        | Event::StepFailed { message_id, .. } => needs.messages.push(message_id.clone()),
+        Event::StepInterrupted { message_id, .. } => needs.messages.extend(message_id.clone()),
         Event::StepRecovered {
-            execution_id,
             assistant_message_id,
             ..
-        } => needs.messages.push(
-            assistant_message_id
-                .clone()
-                .unwrap_or_else(|| ids::recovery_message(execution_id)),
-        ),
+        } => needs.messages.extend(assistant_message_id.clone()),
     }
     needs
 }

@@ -8,15 +8,20 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
+use crate::claim::{self, Acquire, Fenced};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::Db;
+use crate::events::{Delivery, Event};
 use crate::message::Finish;
+use crate::phase::PhaseChange;
 use crate::provider::{
     Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream, ToolCall, ToolSpec,
 };
 use crate::runner::EngineEvent;
 use crate::store::Store;
+use crate::store::events::append_unowned;
+use crate::store::rows;
 use crate::tools::{
     BoxFuture, Decision, Permission, PermissionRequest, Prepared, Tool, ToolContext, ToolOutput,
     ToolRegistry,
@@ -254,4 +259,107 @@ pub(crate) async fn wait_for_event(
     })
     .await
     .expect("the event never came")
+}
+
+/// How far an interrupted execution got.
+#[derive(Clone)]
+pub(crate) enum Stage {
+    /// Claimed and promoted, no assistant yet.
+    Promoted,
+    /// An assistant whose provider request is in flight (phase `unknown`).
+    Streaming,
+    /// An assistant with three tool calls: one completed, one running, one pending.
+    Tools,
+    /// As `Tools`, with this process recorded for the running call.
+    ToolsWithProcess(crate::message::ProcessIdentity),
+}
+
+/// A session whose execution (owner `own_gone`) was interrupted at `stage`.
+pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i64) -> String {
+    store
+        .write(|tx| {
+            if rows::session(tx, session)?.is_none() {
+                append_unowned(
+                    tx,
+                    session,
+                    at,
+                    Event::SessionCreated {
+                        title: "t".into(),
+                        directory: "/w".into(),
+                    },
+                )?;
+            }
+            let input = format!("inp_{session}_{at}");
+            append_unowned(
+                tx,
+                session,
+                at,
+                Event::InputAdmitted {
+                    input_id: input.clone(),
+                    prompt: "do the thing".into(),
+                    delivery: Delivery::Queue,
+                    wake_pending: true,
+                    continuation_of: None,
+                },
+            )?;
+            let Acquire::Acquired(claim) = claim::acquire(tx, session, "own_gone", at, 30_000)?
+            else {
+                panic!("not acquired")
+            };
+            let mut f = Fenced::check(tx, &claim, at)?;
+            f.append(Event::InputPromoted {
+                input_id: input,
+                message_id: format!("msg_u_{}", claim.execution_id),
+            })?;
+            f.change_phase(PhaseChange::WorkStarted)?;
+            if matches!(stage, Stage::Promoted) {
+                return Ok(claim.execution_id);
+            }
+            let message = format!("msg_a_{}", claim.execution_id);
+            f.append(Event::StepStarted {
+                message_id: message.clone(),
+                execution_id: claim.execution_id.clone(),
+                provider: "p".into(),
+                model: "m".into(),
+            })?;
+            f.set_assistant(&message)?;
+            f.change_phase(PhaseChange::Dispatched)?;
+            if matches!(stage, Stage::Streaming) {
+                return Ok(claim.execution_id);
+            }
+            f.append(Event::StepEnded {
+                message_id: message.clone(),
+                finish: crate::message::Finish::ToolCalls,
+                usage: None,
+            })?;
+            f.change_phase(PhaseChange::StepSettled)?;
+            for call in ["done", "running", "pending"] {
+                f.append(Event::ToolCalled {
+                    message_id: message.clone(),
+                    part_id: format!("prt_{call}"),
+                    call_id: call.into(),
+                    tool: "run_command".into(),
+                    input: serde_json::json!({"command": call}),
+                })?;
+            }
+            for call in ["done", "running"] {
+                let process = match (&stage, call) {
+                    (Stage::ToolsWithProcess(p), "running") => Some(p.clone()),
+                    _ => None,
+                };
+                f.append(Event::ToolStarted {
+                    message_id: message.clone(),
+                    call_id: call.into(),
+                    process,
+                })?;
+            }
+            f.append(Event::ToolCompleted {
+                message_id: message,
+                call_id: "done".into(),
+                output: "ok".into(),
+                structured: None,
+            })?;
+            Ok(claim.execution_id)
+        })
+        .unwrap()
 }

@@ -60,6 +60,16 @@ pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
 }
 
 async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
+    // Recovery runs before any session does: the target session's interrupted
+    // execution is reconciled and its continuation promoted ahead of the prompt.
+    let report = engine.recover().await?;
+    if !report.recovered.is_empty() && !args.json {
+        eprintln!(
+            "steward: reconciled {} interrupted execution{} (see `steward inspect`)",
+            report.recovered.len(),
+            if report.recovered.len() == 1 { "" } else { "s" }
+        );
+    }
     let prompt = args.prompt.join(" ");
     let session_id = match &args.session {
         Some(id) => {

@@ -523,25 +523,35 @@ fn compaction_ended_adds_a_summary_message() {
 }
 
 #[test]
-fn needs_names_every_row_an_event_reads() {
+fn needs_names_every_stored_row_an_event_changes() {
     assert_eq!(
         needs(&Event::InputPromoted {
             input_id: "inp_1".into(),
             message_id: "msg_1".into()
         }),
         Needs {
-            messages: vec!["msg_1".into()],
+            messages: vec![],
             inputs: vec!["inp_1".into()]
         }
     );
     assert_eq!(
         needs(&Event::StepRecovered {
             execution_id: "exe_1".into(),
-            assistant_message_id: None,
+            assistant_message_id: Some("msg_a".into()),
             phase: Phase::Ready,
             stopped_tools: vec![],
         })
         .messages,
-        vec!["msg_rec_exe_1".to_string()]
+        vec!["msg_a".to_string()]
+    );
+    // Rows an event creates are not read: the primary key refuses duplicates.
+    assert_eq!(
+        needs(&Event::StepRecovered {
+            execution_id: "exe_1".into(),
+            assistant_message_id: None,
+            phase: Phase::Ready,
+            stopped_tools: vec![],
+        }),
+        Needs::default()
     );
 }

@@ -28,32 +28,76 @@ pub(crate) fn append(
     now_ms: i64,
     event: Event,
 ) -> Result<EventRecord> {
-    let seq = next_seq(tx, session_id)?;
-    tx.prepare_cached(
+    let mut records = append_all(tx, session_id, origin, now_ms, vec![event])?;
+    Ok(records.pop().expect("one event appended"))
+}
+
+/// Appends `events` with consecutive seqs and applies their projection: the rows
+/// they touch are read once and written once.
+pub(crate) fn append_all(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    origin: Option<&Origin>,
+    now_ms: i64,
+    events: Vec<Event>,
+) -> Result<Vec<EventRecord>> {
+    append_all_onto(
+        tx,
+        session_id,
+        origin,
+        now_ms,
+        events,
+        projection::Projection::default(),
+    )
+}
+
+/// [`append_all`] onto rows the caller already read in this transaction (they are
+/// not read again).
+pub(crate) fn append_all_onto(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    origin: Option<&Origin>,
+    now_ms: i64,
+    events: Vec<Event>,
+    mut p: projection::Projection,
+) -> Result<Vec<EventRecord>> {
+    let first = next_seq(tx, session_id)?;
+    let mut needs = projection::Needs::default();
+    for event in &events {
+        let more = projection::needs(event);
+        needs.messages.extend(more.messages);
+        needs.inputs.extend(more.inputs);
+    }
+    rows::load_into(tx, &mut p, session_id, &needs)?;
+    let stored = rows::Stored::of(&p);
+    let mut insert = tx.prepare_cached(
         "INSERT INTO event (aggregate_id, seq, type, data, owner_id, execution_id, epoch, time_created)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        session_id,
-        seq,
-        event.kind(),
-        event.data_json(),
-        origin.map(|o| o.owner_id.as_str()),
-        origin.map(|o| o.execution_id.as_str()),
-        origin.map(|o| o.epoch),
-        now_ms
-    ])?;
-    let record = EventRecord {
-        session_id: session_id.to_string(),
-        seq,
-        time_created: now_ms,
-        origin: origin.cloned(),
-        event,
-    };
-    let mut p = rows::load(tx, session_id, &projection::needs(&record.event))?;
-    projection::apply(&mut p, &record).map_err(|e| Error::Corrupt(e.to_string()))?;
-    rows::persist(tx, &mut p)?;
-    Ok(record)
+    )?;
+    let mut records = Vec::with_capacity(events.len());
+    for (seq, event) in (first..).zip(events) {
+        insert.execute(params![
+            session_id,
+            seq,
+            event.kind(),
+            event.data_json(),
+            origin.map(|o| o.owner_id.as_str()),
+            origin.map(|o| o.execution_id.as_str()),
+            origin.map(|o| o.epoch),
+            now_ms
+        ])?;
+        let record = EventRecord {
+            session_id: session_id.to_string(),
+            seq,
+            time_created: now_ms,
+            origin: origin.cloned(),
+            event,
+        };
+        projection::apply(&mut p, &record).map_err(|e| Error::Corrupt(e.to_string()))?;
+        records.push(record);
+    }
+    rows::persist(tx, &mut p, &stored)?;
+    Ok(records)
 }
 
 /// Appends an event no execution owns (session creation, user admission).

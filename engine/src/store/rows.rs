@@ -1,6 +1,8 @@
 //! Reading and writing the projection tables (`session`, `session_message`,
 //! `session_input`). Only the event append writes them (SPEC §3.1).
 
+use std::collections::BTreeSet;
+
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Error, Result};
@@ -8,10 +10,21 @@ use crate::events::Delivery;
 use crate::message::{MessageData, MessageKind};
 use crate::projection::{InputRow, MessageRow, Needs, Projection, SessionRow};
 
-const SESSION_COLUMNS: &str = "id, title, directory, time_created, time_updated";
-const MESSAGE_COLUMNS: &str = "id, session_id, type, seq, time_created, time_updated, data";
-const INPUT_COLUMNS: &str =
-    "id, session_id, prompt, delivery, admitted_seq, promoted_seq, wake_pending, time_created";
+macro_rules! session_columns {
+    () => {
+        "id, title, directory, time_created, time_updated"
+    };
+}
+macro_rules! message_columns {
+    () => {
+        "id, session_id, type, seq, time_created, time_updated, data"
+    };
+}
+macro_rules! input_columns {
+    () => {
+        "id, session_id, prompt, delivery, admitted_seq, promoted_seq, wake_pending, time_created"
+    };
+}
 
 fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -89,23 +102,29 @@ fn decode_input((mut row, delivery): (InputRow, String)) -> Result<InputRow> {
 }
 
 pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM session WHERE id = ?1"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM session WHERE id = ?1"
     ))?;
     Ok(stmt.query_row([id], session_row).optional()?)
 }
 
 pub fn sessions(conn: &Connection) -> Result<Vec<SessionRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SESSION_COLUMNS} FROM session ORDER BY time_updated DESC, id DESC"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM session ORDER BY time_updated DESC, id DESC"
     ))?;
     let rows = stmt.query_map([], session_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
 pub fn message(conn: &Connection, id: &str) -> Result<Option<MessageRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM session_message WHERE id = ?1"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE id = ?1"
     ))?;
     stmt.query_row([id], raw_message)
         .optional()?
@@ -115,8 +134,10 @@ pub fn message(conn: &Connection, id: &str) -> Result<Option<MessageRow>> {
 
 /// The messages of a session in transcript order.
 pub fn messages(conn: &Connection, session_id: &str) -> Result<Vec<MessageRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {MESSAGE_COLUMNS} FROM session_message WHERE session_id = ?1 ORDER BY seq"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = ?1 ORDER BY seq"
     ))?;
     let rows = stmt.query_map([session_id], raw_message)?;
     rows.map(|r| r.map_err(Error::from).and_then(RawMessage::decode))
@@ -124,8 +145,10 @@ pub fn messages(conn: &Connection, session_id: &str) -> Result<Vec<MessageRow>> 
 }
 
 pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {INPUT_COLUMNS} FROM session_input WHERE id = ?1"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        input_columns!(),
+        " FROM session_input WHERE id = ?1"
     ))?;
     stmt.query_row([id], input_row)
         .optional()?
@@ -135,8 +158,10 @@ pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
 
 /// The inputs of a session in admitted order.
 pub fn inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {INPUT_COLUMNS} FROM session_input WHERE session_id = ?1 ORDER BY admitted_seq"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        input_columns!(),
+        " FROM session_input WHERE session_id = ?1 ORDER BY admitted_seq"
     ))?;
     let rows = stmt.query_map([session_id], input_row)?;
     rows.map(|r| r.map_err(Error::from).and_then(decode_input))
@@ -145,9 +170,10 @@ pub fn inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
 
 /// The pending inputs of a session in admitted order.
 pub fn pending_inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {INPUT_COLUMNS} FROM session_input
-         WHERE session_id = ?1 AND promoted_seq IS NULL ORDER BY admitted_seq"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        input_columns!(),
+        " FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL ORDER BY admitted_seq"
     ))?;
     let rows = stmt.query_map([session_id], input_row)?;
     rows.map(|r| r.map_err(Error::from).and_then(decode_input))
@@ -157,18 +183,35 @@ pub fn pending_inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRo
 /// Loads the rows `needs` names (and the session row) into a partial projection.
 pub fn load(conn: &Connection, session_id: &str, needs: &Needs) -> Result<Projection> {
     let mut p = Projection::default();
-    p.session = session(conn, session_id)?;
+    load_into(conn, &mut p, session_id, needs)?;
+    Ok(p)
+}
+
+/// Loads into `p` what it does not hold yet of the rows `needs` names.
+pub fn load_into(
+    conn: &Connection,
+    p: &mut Projection,
+    session_id: &str,
+    needs: &Needs,
+) -> Result<()> {
+    if p.session.is_none() {
+        p.session = session(conn, session_id)?;
+    }
     for id in &needs.messages {
-        if let Some(m) = message(conn, id)? {
+        if !p.messages.contains_key(id)
+            && let Some(m) = message(conn, id)?
+        {
             p.messages.insert(id.clone(), m);
         }
     }
     for id in &needs.inputs {
-        if let Some(i) = input(conn, id)? {
+        if !p.inputs.contains_key(id)
+            && let Some(i) = input(conn, id)?
+        {
             p.inputs.insert(id.clone(), i);
         }
     }
-    Ok(p)
+    Ok(())
 }
 
 /// Every projection row of a session, as stored.
@@ -184,62 +227,96 @@ pub fn load_all(conn: &Connection, session_id: &str) -> Result<Projection> {
     Ok(p)
 }
 
-/// Writes the rows the fold touched.
-pub fn persist(conn: &Connection, p: &mut Projection) -> Result<()> {
+/// Which rows of a partial projection are already stored (read from the database).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub session: bool,
+    pub messages: BTreeSet<String>,
+    pub inputs: BTreeSet<String>,
+}
+
+impl Stored {
+    /// What `p` holds now: everything in it was read from the database.
+    pub fn of(p: &Projection) -> Stored {
+        Stored {
+            session: p.session.is_some(),
+            messages: p.messages.keys().cloned().collect(),
+            inputs: p.inputs.keys().cloned().collect(),
+        }
+    }
+}
+
+/// Writes the rows the fold touched: an `UPDATE` of the mutable columns for rows
+/// already `stored`, an `INSERT` for new ones.
+pub fn persist(conn: &Connection, p: &mut Projection, stored: &Stored) -> Result<()> {
     let touched = p.take_touched();
     if touched.session
         && let Some(s) = &p.session
     {
-        conn.prepare_cached(
-            "INSERT INTO session (id, title, directory, time_created, time_updated)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (id) DO UPDATE SET title = excluded.title,
-                 directory = excluded.directory, time_updated = excluded.time_updated",
-        )?
-        .execute(params![
-            s.id,
-            s.title,
-            s.directory,
-            s.time_created,
-            s.time_updated
-        ])?;
+        if stored.session {
+            conn.prepare_cached("UPDATE session SET time_updated = ?2 WHERE id = ?1")?
+                .execute(params![s.id, s.time_updated])?;
+        } else {
+            conn.prepare_cached(
+                "INSERT INTO session (id, title, directory, time_created, time_updated)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                s.id,
+                s.title,
+                s.directory,
+                s.time_created,
+                s.time_updated
+            ])?;
+        }
     }
     for id in &touched.messages {
         let m = &p.messages[id];
-        conn.prepare_cached(
-            "INSERT INTO session_message (id, session_id, type, seq, time_created, time_updated, data)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (id) DO UPDATE SET time_updated = excluded.time_updated, data = excluded.data",
-        )?
-        .execute(params![
-            m.id,
-            m.session_id,
-            m.data.kind().as_str(),
-            m.seq,
-            m.time_created,
-            m.time_updated,
-            m.data.to_json()
-        ])?;
+        if stored.messages.contains(id) {
+            conn.prepare_cached(
+                "UPDATE session_message SET time_updated = ?2, data = ?3 WHERE id = ?1",
+            )?
+            .execute(params![m.id, m.time_updated, m.data.to_json()])?;
+        } else {
+            conn.prepare_cached(
+                "INSERT INTO session_message (id, session_id, type, seq, time_created, time_updated, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                m.id,
+                m.session_id,
+                m.data.kind().as_str(),
+                m.seq,
+                m.time_created,
+                m.time_updated,
+                m.data.to_json()
+            ])?;
+        }
     }
     for id in &touched.inputs {
         let i = &p.inputs[id];
-        conn.prepare_cached(
-            "INSERT INTO session_input (id, session_id, prompt, delivery, admitted_seq,
-                 promoted_seq, wake_pending, time_created)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT (id) DO UPDATE SET promoted_seq = excluded.promoted_seq,
-                 wake_pending = excluded.wake_pending",
-        )?
-        .execute(params![
-            i.id,
-            i.session_id,
-            i.prompt,
-            i.delivery.as_str(),
-            i.admitted_seq,
-            i.promoted_seq,
-            i.wake_pending as i64,
-            i.time_created
-        ])?;
+        if stored.inputs.contains(id) {
+            conn.prepare_cached(
+                "UPDATE session_input SET promoted_seq = ?2, wake_pending = ?3 WHERE id = ?1",
+            )?
+            .execute(params![i.id, i.promoted_seq, i.wake_pending as i64])?;
+        } else {
+            conn.prepare_cached(
+                "INSERT INTO session_input (id, session_id, prompt, delivery, admitted_seq,
+                     promoted_seq, wake_pending, time_created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                i.id,
+                i.session_id,
+                i.prompt,
+                i.delivery.as_str(),
+                i.admitted_seq,
+                i.promoted_seq,
+                i.wake_pending as i64,
+                i.time_created
+            ])?;
+        }
     }
     Ok(())
 }

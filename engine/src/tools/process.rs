@@ -272,13 +272,17 @@ fn kill_group(pgid: i32, signal: libc::c_int) {
     }
 }
 
-/// `/proc/<pid>/stat`: (process group, start time in clock ticks since boot).
+/// `/proc/<pid>/stat` of a process that has not exited: (process group, start time
+/// in clock ticks since boot). A zombie has exited: it counts as gone.
 fn stat(pid: i32) -> Option<(i32, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields follow the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // fields[0] is field 3 (state); pgrp is field 5, starttime field 22.
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
     Some((fields.get(2)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
@@ -330,6 +334,7 @@ pub fn stop_leftover(identity: &ProcessIdentity) -> Leftover {
     }
     let pgid = identity.pgid;
     if let Some((_, start)) = stat(pgid) {
+        // A live process with the leader's pid but another start time is not ours.
         if start != identity.start_time {
             // Linux never hands out a pid still used as a group id, so the original
             // group has no members left.

@@ -1,0 +1,109 @@
+//! `steward inspect [--json]`: claims, quarantined rows, pending wakes and recoveries,
+//! read-only — never writes, never recovers, never creates the database. `--json`
+//! prints one snapshot; on a terminal the view refreshes live as other processes
+//! change the file (Ctrl-C to leave).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use steward_engine::clock::SharedClock;
+use steward_engine::inspect::{self, Snapshot};
+use steward_engine::store::migrate::MIGRATIONS;
+use steward_engine::store::open::Preflight;
+use steward_engine::store::open::{open_read_only, preflight};
+
+use crate::paths::Paths;
+
+pub fn run(paths: &Paths, clock: &SharedClock, json: bool) -> Result<ExitCode> {
+    let snapshot = read(paths, clock)?;
+    if json {
+        println!("{}", serde_json::to_string(&snapshot)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print(&snapshot);
+    if !std::io::stdout().is_terminal() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    live(paths, clock, snapshot)
+}
+
+fn read(paths: &Paths, clock: &SharedClock) -> Result<Snapshot> {
+    if preflight(&paths.database, MIGRATIONS)? == Preflight::Absent {
+        return Ok(Snapshot::default());
+    }
+    let conn = open_read_only(&paths.database)?;
+    Ok(steward_engine::store::read(&conn, |c| {
+        inspect::snapshot(c, clock.now_ms())
+    })?)
+}
+
+/// Redraws when the data directory's doorbell rings, or every second.
+fn live(paths: &Paths, clock: &SharedClock, mut last: Snapshot) -> Result<ExitCode> {
+    let runtime = crate::context::runtime()?;
+    runtime.block_on(async {
+        let bell = Arc::new(tokio::sync::Notify::new());
+        let _watcher = steward_engine::doorbell::watch(&paths.data_dir, bell.clone());
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+                _ = bell.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let snapshot = read(paths, clock)?;
+            if snapshot != last {
+                print!("\x1b[2J\x1b[H");
+                print(&snapshot);
+                last = snapshot;
+            }
+        }
+    })
+}
+
+fn print(s: &Snapshot) {
+    println!("owners ({})", s.owners.len());
+    for o in &s.owners {
+        let alive = match o.alive {
+            Some(true) => "alive",
+            Some(false) => "dead",
+            None => "unknown",
+        };
+        println!("  {}  pid {} on {}  {alive}", o.id, o.pid, o.hostname);
+    }
+    println!("claims ({})", s.claims.len());
+    for c in &s.claims {
+        println!(
+            "  {}  {}  owner {}  epoch {}  phase {}  {:?}",
+            c.execution_id, c.session_id, c.owner_id, c.epoch, c.phase, c.state
+        );
+    }
+    println!("quarantine ({})", s.quarantine.len());
+    for q in &s.quarantine {
+        println!(
+            "  {} {}  {}: {}",
+            q.kind, q.execution_id, q.session_id, q.reason
+        );
+    }
+    println!("pending wakes ({})", s.wakes.len());
+    for w in &s.wakes {
+        println!(
+            "  {} {}  {}  attempts {}",
+            w.kind,
+            w.execution_id.as_deref().unwrap_or(&w.input_id),
+            w.session_id,
+            w.attempts
+        );
+    }
+    println!("recoveries ({})", s.recoveries.len());
+    for r in &s.recoveries {
+        println!(
+            "  {}  {}  phase {}  wake {}",
+            r.execution_id,
+            r.session_id,
+            r.phase,
+            if r.wake_pending { "pending" } else { "done" }
+        );
+    }
+}

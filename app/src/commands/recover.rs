@@ -1,0 +1,116 @@
+//! `steward recover [--json] [--no-wake]`: one recovery pass now; then the durable
+//! wakes it finds are redriven and their sessions run until idle (progress on
+//! stderr), unless `--no-wake`; then the report.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+use steward_engine::coordinator::SessionOutcome;
+use steward_engine::message::{EXECUTION_INTERRUPTED_BY_RESTART, PROVIDER_OUTCOME_UNKNOWN};
+use steward_engine::phase::Phase;
+use steward_engine::recovery::RecoveryReport;
+use steward_engine::runner::Outcome;
+use steward_engine::store::Store;
+use steward_engine::tools::Headless;
+
+use crate::context::{Context, runtime};
+
+pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<ExitCode> {
+    runtime()?.block_on(async move {
+        let engine = ctx
+            .start_engine(store, Arc::new(Headless { allow_all: false }))
+            .await?;
+        let mut report = engine.recover().await?;
+        if !json {
+            print_pass(&report);
+        }
+        if !no_wake {
+            let redrive = engine.redrive_wakes().await?;
+            report.wakes = redrive.report;
+            for session in &redrive.sessions {
+                eprintln!("continuing {session}…");
+            }
+            for session in &redrive.sessions {
+                let outcome = engine.wait_idle(session).await;
+                let ok = matches!(
+                    outcome,
+                    Some(SessionOutcome::Ran(Outcome::Idle | Outcome::Failed(_)))
+                );
+                if !ok {
+                    report.wakes.failed += 1;
+                }
+                eprintln!("{session}: {}", describe(outcome.as_ref()));
+            }
+        }
+        engine.shutdown().await?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else if !no_wake {
+            println!(
+                "wakes: {} redriven, {} failed, {} quarantined",
+                report.wakes.redriven, report.wakes.failed, report.wakes.quarantined
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn print_pass(report: &RecoveryReport) {
+    println!(
+        "recovered {} (scanned {}, superseded {}, safe discarded {}, quarantined {}) in {} ms",
+        report.recovered.len(),
+        report.scanned,
+        report.superseded,
+        report.discarded_safe,
+        report.quarantined.len(),
+        report.duration_ms
+    );
+    for r in &report.recovered {
+        let text = match r.phase {
+            Phase::Unknown => PROVIDER_OUTCOME_UNKNOWN,
+            Phase::Ready | Phase::Safe => EXECUTION_INTERRUPTED_BY_RESTART,
+        };
+        println!("  {} in {}: {text}", r.execution_id, r.session_id);
+        for p in &r.stopped_processes {
+            println!(
+                "    stopped the leftover process group {} of tool call {}",
+                p.pgid, p.call_id
+            );
+        }
+        if r.parked {
+            println!(
+                "    interrupted repeatedly: left for you (`steward wake {}`)",
+                r.execution_id
+            );
+        }
+    }
+    for q in &report.quarantined {
+        println!(
+            "  quarantined {} in {}: {}",
+            q.execution_id, q.session_id, q.reason
+        );
+    }
+}
+
+pub fn describe(outcome: Option<&SessionOutcome>) -> String {
+    match outcome {
+        None | Some(SessionOutcome::Ran(Outcome::Idle)) => "idle".into(),
+        Some(SessionOutcome::Ran(Outcome::Failed(m))) => format!("failed: {m}"),
+        Some(SessionOutcome::Ran(Outcome::Cancelled)) => "cancelled".into(),
+        Some(SessionOutcome::Ran(Outcome::Lost)) => "lost its claim to another owner".into(),
+        Some(SessionOutcome::Ran(Outcome::Error(m)) | SessionOutcome::Error(m)) => {
+            format!("error: {m}")
+        }
+        Some(SessionOutcome::Busy { owner_id }) => format!("busy (held by {owner_id})"),
+        Some(SessionOutcome::AwaitingRecovery { execution_id }) => {
+            format!("waits for recovery of {execution_id}")
+        }
+        Some(SessionOutcome::Quarantined {
+            execution_id,
+            reason,
+        }) => {
+            format!("quarantined ({execution_id}: {reason})")
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! Recovery through the engine: redrive scope, exactly-once wakes, the background
+//! timer and doorbell, `auto_continue`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+
+use crate::Engine;
+use crate::clock::{Clock, SharedClock, SystemClock};
+use crate::config::Config;
+use crate::coordinator::SessionOutcome;
+use crate::events::Delivery;
+use crate::ids;
+use crate::message::{MessageData, SyntheticKind};
+use crate::runner::Outcome;
+use crate::store::{Store, rows, sessions};
+use crate::testing::{Answer, FakeProvider, Stage, TestDir, engine, interrupted};
+use crate::tools::{Headless, ToolRegistry};
+
+fn yes() -> Arc<Headless> {
+    Arc::new(Headless { allow_all: true })
+}
+
+/// A database with one execution interrupted `ago_ms` ago (owner unknown).
+fn crashed_db(dir: &TestDir, session: &str, stage: Stage, ago_ms: i64) -> String {
+    let clock = SystemClock::new();
+    let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+    interrupted(&mut store, session, stage, clock.now_ms() - ago_ms)
+}
+
+async fn pending(engine: &Engine, session: &str) -> Vec<String> {
+    let s = session.to_string();
+    engine
+        .db()
+        .read(move |c| rows::pending_inputs(c, &s))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect()
+}
+
+async fn kinds(engine: &Engine, session: &str) -> Vec<String> {
+    let s = session.to_string();
+    engine
+        .db()
+        .read(move |c| rows::messages(c, &s))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| match &m.data {
+            MessageData::Synthetic(s) => format!("synthetic:{:?}", s.kind).to_lowercase(),
+            other => other.kind().as_str().to_string(),
+        })
+        .collect()
+}
+
+async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i10_recovery_redrive_never_promotes_unrelated_pending_inputs() {
+    let dir = TestDir::new();
+    let exe = crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("carrying on")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let report = engine.recover().await.unwrap();
+    assert_eq!(report.recovered.len(), 1);
+    let note = engine
+        .admit("ses_1", "a note for later", Delivery::Admit)
+        .await
+        .unwrap();
+    let redrive = engine.redrive_wakes().await.unwrap();
+    assert_eq!(
+        (redrive.report.redriven, redrive.sessions.clone()),
+        (1, vec!["ses_1".to_string()])
+    );
+    assert_eq!(
+        engine.wait_idle("ses_1").await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(
+        pending(&engine, "ses_1").await,
+        vec![note.id],
+        "the redrive promoted an unrelated input"
+    );
+    assert_eq!(provider.count(), 1);
+    let messages = kinds(&engine, "ses_1").await;
+    assert_eq!(
+        messages,
+        vec!["user", "assistant", "synthetic:continuation", "assistant"]
+    );
+    let request = provider.requests.lock().unwrap()[0].clone();
+    assert!(
+        request.step_index == 1,
+        "the continuation step replayed entry {}",
+        request.step_index
+    );
+    assert!(!ids::continuation_input(&exe).is_empty());
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i11_a_crash_between_recovery_commit_and_wake_is_redriven_exactly_once() {
+    let dir = TestDir::new();
+    crashed_db(&dir, "ses_1", Stage::Streaming, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("continued")]);
+    let first = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    assert_eq!(first.recover().await.unwrap().recovered.len(), 1);
+    // The process "dies" here: no wake was started.
+    drop(first);
+    // Two relaunches redrive at the same moment.
+    let a = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let b = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let (ra, rb) = tokio::join!(a.redrive_wakes(), b.redrive_wakes());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let oa = a.wait_idle("ses_1").await;
+    let ob = b.wait_idle("ses_1").await;
+    assert!(
+        ra.report.redriven + rb.report.redriven >= 1,
+        "{ra:?} {rb:?} {oa:?} {ob:?}"
+    );
+    assert_eq!(provider.count(), 1, "the continuation ran more than once");
+    let messages = kinds(&a, "ses_1").await;
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|k| *k == "synthetic:continuation")
+            .count(),
+        1,
+        "{messages:?}"
+    );
+    // And a later launch finds nothing left to wake.
+    let c = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    assert_eq!(c.redrive_wakes().await.unwrap().report.redriven, 0);
+    for e in [a, b, c] {
+        e.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_1_the_background_timer_recovers_a_claim_when_it_expires() {
+    let dir = TestDir::new();
+    // Interrupted so recently that its lease (30 s) ends in 400 ms; its owner is
+    // unknown, so only time can expire it.
+    crashed_db(&dir, "ses_1", Stage::Tools, 30_000 - 400);
+    let provider = FakeProvider::new(vec![Answer::text("continued")]);
+    let clock: SharedClock = SystemClock::shared();
+    let engine = engine(
+        &dir,
+        clock,
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    assert_eq!(
+        engine.recover().await.unwrap().recovered.len(),
+        0,
+        "recovered a live lease"
+    );
+    let started = std::time::Instant::now();
+    engine.start_background();
+    wait_until("the continuation", async || provider.count() == 1).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "recovered before expiry: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "the timer was late: {waited:?}"
+    );
+    engine.wait_idle("ses_1").await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_9_without_auto_continue_the_wake_waits_for_the_user() {
+    let dir = TestDir::new();
+    crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("continued")]);
+    let mut config = Config::default();
+    config.recovery.auto_continue = false;
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    engine.start_background();
+    wait_until("the reconciliation", async || {
+        engine
+            .db()
+            .read(crate::inspect::recoveries)
+            .await
+            .unwrap()
+            .len()
+            == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(provider.count(), 0);
+    let recovery = engine.db().read(crate::inspect::recoveries).await.unwrap();
+    assert!(
+        recovery[0].wake_pending,
+        "the wake should stay pending for the user"
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_3_an_acquisition_that_meets_an_expired_claim_hands_it_to_recovery_first() {
+    let dir = TestDir::new();
+    crashed_db(&dir, "ses_1", Stage::Streaming, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("answer")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    engine
+        .admit("ses_1", "and now?", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle("ses_1").await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    // Reconciled before the new execution; both pending inputs are promoted in
+    // admitted order (the prompt came first) and answered once.
+    assert_eq!(
+        kinds(&engine, "ses_1").await,
+        vec![
+            "user",
+            "assistant",
+            "user",
+            "synthetic:continuation",
+            "assistant"
+        ]
+    );
+    assert_eq!(provider.count(), 1);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_inputs_admitted_by_another_process_are_picked_up() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("heard you")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine.start_background();
+    // Another process admits an input and dies before waking anything.
+    let mut other = Store::open(&dir.dir.path().join("steward.db"), &SystemClock::new()).unwrap();
+    let now = SystemClock::new().now_ms();
+    other
+        .write(|tx| sessions::admit(tx, &session.id, "from elsewhere", Delivery::Queue, now))
+        .unwrap();
+    drop(other);
+    let started = std::time::Instant::now();
+    wait_until("the pickup", async || provider.count() == 1).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    engine.wait_idle(&session.id).await;
+    assert_eq!(kinds(&engine, &session.id).await, vec!["user", "assistant"]);
+    engine.shutdown().await.unwrap();
+}
+
+#[test]
+fn synthetic_kind_names_are_lowercase() {
+    assert_eq!(
+        format!("{:?}", SyntheticKind::Continuation).to_lowercase(),
+        "continuation"
+    );
+}

@@ -1,0 +1,543 @@
+//! Crash recovery (SPEC §5): reconcile every interrupted execution into the
+//! transcript, never replay a provider or tool call, and leave a durable wake that
+//! continues the agent exactly once.
+//!
+//! A pass probes owners first (a dead owner's claims expire at once, §4.11), then
+//! scans claims in `(time_created, id)` order with keyset pagination, in batches of
+//! [`BATCH`]. Each batch is one write transaction and each row its own savepoint, so a
+//! failing row rolls back alone (and is quarantined) and a batch costs one sync.
+//! Per row: takeover (epoch + 1), decode (or quarantine), then `safe` → discard,
+//! superseded → discard, `ready`/`unknown` → one reconciliation: `step.recovered`,
+//! the continuation input, the `session_recovery` row, and the claim deleted. Before
+//! reconciling, tool processes the execution left running are stopped — only those
+//! whose identity still matches.
+
+pub mod wakes;
+
+pub use wakes::{WAKE_ATTEMPTS_MAX, WakeCandidate, WakeReport, recovery_wakes};
+
+use std::time::Instant;
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use crate::claim::{self, CLAIM_COLUMNS, Claim, ClaimRow, Fenced, claim_row};
+use crate::error::{Error, Result};
+use crate::events::{Delivery, Event};
+use crate::ids;
+use crate::message::{CONTINUATION_TEXT, MessageData, MessageKind, ToolStatus};
+use crate::owner::{self, Liveness, OwnerRow};
+use crate::phase::Phase;
+use crate::store::rows;
+use crate::tools::process::{self, Leftover};
+
+/// Claims per batch (and per write transaction).
+pub const BATCH: usize = 100;
+/// How far beyond a lease an `expires_at` may lie before the clock is deemed to have
+/// gone backwards.
+pub const CLOCK_SLACK_MS: i64 = 10_000;
+/// Consecutive recoveries of a session, without a step ending normally in between,
+/// after which its wake is parked for the user (SPEC §5.8).
+pub const CRASH_LOOP_LIMIT: i64 = 3;
+pub const CRASH_LOOP_ERROR: &str =
+    "Execution was interrupted repeatedly and will not be resumed automatically.";
+
+/// Who recovers, and how.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// The recovering owner.
+    pub owner_id: String,
+    pub lease_ms: i64,
+    pub slack_ms: i64,
+}
+
+/// One reconciled execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Recovered {
+    pub execution_id: String,
+    pub session_id: String,
+    pub phase: Phase,
+    pub assistant_message_id: Option<String>,
+    /// Tool process groups that were still running and were stopped.
+    pub stopped_processes: Vec<StoppedProcess>,
+    /// The wake was parked (crash loop) instead of left pending.
+    pub parked: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoppedProcess {
+    pub call_id: String,
+    pub pid: i32,
+    pub pgid: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuarantinedRow {
+    pub execution_id: String,
+    pub session_id: String,
+    pub reason: String,
+}
+
+/// What a pass did (`recover --json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    pub scanned: usize,
+    pub recovered: Vec<Recovered>,
+    pub discarded_safe: usize,
+    pub superseded: usize,
+    pub skipped_live: usize,
+    pub quarantined: Vec<QuarantinedRow>,
+    pub wakes: WakeReport,
+    pub batches: usize,
+    /// Owners proven dead by their lock (their claims were expired at once).
+    pub dead_owners: Vec<String>,
+    pub duration_ms: u64,
+}
+
+/// Where a pass stands between batches.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cursor {
+    last: Option<(Value, String)>,
+    pub done: bool,
+}
+
+/// Probes every other owner; a provably dead one has its live claims expired now.
+/// Returns the dead owners.
+pub fn expire_dead_owners(tx: &Transaction<'_>, me: &str, now_ms: i64) -> Result<Vec<OwnerRow>> {
+    let mut dead = Vec::new();
+    for owner in owner::all(tx)? {
+        if owner.id != me && owner::probe(&owner) == Liveness::Dead {
+            owner::expire_claims_of_dead(tx, &owner.id, now_ms)?;
+            dead.push(owner);
+        }
+    }
+    Ok(dead)
+}
+
+/// Removes dead owners that hold no claim any more, with their lock files.
+pub fn forget_dead_owners(tx: &Transaction<'_>, dead: &[OwnerRow]) -> Result<()> {
+    for owner in dead {
+        owner::forget_dead(tx, owner)?;
+    }
+    Ok(())
+}
+
+/// The next batch of claims recovery looks at: expired, or with an `expires_at` that
+/// is not an integer or lies beyond a lease plus slack; never quarantined ones.
+fn scan(tx: &Transaction<'_>, p: &Params, now_ms: i64, cursor: &Cursor) -> Result<Vec<ClaimRow>> {
+    let filter = "recovery_error IS NULL
+        AND (typeof(expires_at) != 'integer' OR expires_at <= ?1 OR expires_at > ?1 + ?2 + ?3)";
+    let rows = match &cursor.last {
+        None => {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM session_execution WHERE {filter}
+                 ORDER BY time_created, id LIMIT {BATCH}"
+            ))?;
+            stmt.query_map(params![now_ms, p.lease_ms, p.slack_ms], claim_row)?
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        Some((time, id)) => {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT {CLAIM_COLUMNS} FROM session_execution WHERE {filter}
+                 AND (time_created, id) > (?4, ?5)
+                 ORDER BY time_created, id LIMIT {BATCH}"
+            ))?;
+            stmt.query_map(params![now_ms, p.lease_ms, p.slack_ms, time, id], claim_row)?
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
+    Ok(rows)
+}
+
+/// Recovers the next batch in one write transaction. Call until `cursor.done`.
+///
+/// The batch first runs without savepoints; a row failing unexpectedly (rather than
+/// being quarantined by decision) rolls the attempt back, and the batch runs again
+/// with a savepoint per row, so that the failing row rolls back alone and is
+/// quarantined while every other row is recovered. Savepoints copy each page a row
+/// touches, so paying for them only when a row fails keeps a pass fast.
+pub fn recover_batch(
+    conn: &mut Connection,
+    p: &Params,
+    now_ms: i64,
+    cursor: &mut Cursor,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let (batch, outcomes) = match attempt(conn, p, now_ms, cursor, Isolation::Batch)? {
+        Some(done) => done,
+        None => attempt(conn, p, now_ms, cursor, Isolation::PerRow)?
+            .expect("a per-row attempt always completes"),
+    };
+    report.scanned += batch.len();
+    report.batches += 1;
+    for (row, outcome) in batch.iter().zip(outcomes) {
+        outcome.record(row, report);
+    }
+    cursor.done = batch.len() < BATCH;
+    if let Some(last) = batch.last() {
+        cursor.last = Some((last.time_created.clone(), last.id.clone()));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    /// One transaction, no savepoints: gives up (rolls back) on the first failing row.
+    Batch,
+    /// A savepoint per row: a failing row rolls back alone and is quarantined.
+    PerRow,
+}
+
+/// One attempt at a batch; `None` when a row failed under [`Isolation::Batch`] and
+/// everything was rolled back.
+fn attempt(
+    conn: &mut Connection,
+    p: &Params,
+    now_ms: i64,
+    cursor: &Cursor,
+    isolation: Isolation,
+) -> Result<Option<(Vec<ClaimRow>, Vec<RowOutcome>)>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let batch = scan(&tx, p, now_ms, cursor)?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for row in &batch {
+        if isolation == Isolation::PerRow {
+            tx.prepare_cached("SAVEPOINT recovery_row")?.execute([])?;
+        }
+        match recover_row(&tx, row, p, now_ms) {
+            Ok(outcome) => {
+                if isolation == Isolation::PerRow {
+                    tx.prepare_cached("RELEASE recovery_row")?.execute([])?;
+                }
+                outcomes.push(outcome);
+            }
+            Err(error) if isolation == Isolation::Batch => {
+                tracing::warn!(execution = %row.id, %error, "a claim failed to recover; isolating its batch");
+                return Ok(None);
+            }
+            Err(error) => {
+                tx.prepare_cached("ROLLBACK TO recovery_row")?.execute([])?;
+                tx.prepare_cached("RELEASE recovery_row")?.execute([])?;
+                let reason = one_line(&format!("recovery failed: {error}"));
+                tracing::warn!(execution = %row.id, %reason, "quarantining a claim");
+                outcomes.push(match quarantine_row(&tx, row, p, now_ms, &reason)? {
+                    true => RowOutcome::Quarantined(reason),
+                    false => RowOutcome::Skipped,
+                });
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(Some((batch, outcomes)))
+}
+
+/// A whole pass on one connection (tests, benchmarks, helpers). The engine runs the
+/// same batches as separate jobs so other writes interleave.
+pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryReport> {
+    let started = Instant::now();
+    let mut report = RecoveryReport::default();
+    let dead = crate::store::write(conn, |tx| expire_dead_owners(tx, &p.owner_id, now_ms))?;
+    report.dead_owners = dead.iter().map(|o| o.id.clone()).collect();
+    let mut cursor = Cursor::default();
+    while !cursor.done {
+        recover_batch(conn, p, now_ms, &mut cursor, &mut report)?;
+        if !cursor.done {
+            crate::failpoint!("recovery.between_batches");
+        }
+    }
+    if !report.recovered.is_empty() {
+        crate::failpoint!("recovery.after_commit");
+    }
+    crate::store::write(conn, |tx| forget_dead_owners(tx, &dead))?;
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+#[derive(Debug)]
+enum RowOutcome {
+    Skipped,
+    Quarantined(String),
+    DiscardedSafe,
+    Superseded,
+    Recovered(Recovered),
+}
+
+impl RowOutcome {
+    fn record(self, row: &ClaimRow, report: &mut RecoveryReport) {
+        match self {
+            RowOutcome::Skipped => report.skipped_live += 1,
+            RowOutcome::Quarantined(reason) => report.quarantined.push(QuarantinedRow {
+                execution_id: row.id.clone(),
+                session_id: row.session_id.clone(),
+                reason,
+            }),
+            RowOutcome::DiscardedSafe => report.discarded_safe += 1,
+            RowOutcome::Superseded => report.superseded += 1,
+            RowOutcome::Recovered(r) => report.recovered.push(r),
+        }
+    }
+}
+
+/// What decoding a taken-over claim found.
+enum Decoded {
+    Safe,
+    Superseded,
+    Reconcile {
+        phase: Phase,
+        assistant: Option<Box<crate::projection::MessageRow>>,
+    },
+}
+
+fn recover_row(
+    tx: &Transaction<'_>,
+    row: &ClaimRow,
+    p: &Params,
+    now_ms: i64,
+) -> Result<RowOutcome> {
+    let Some(claim) = claim::takeover(tx, row, &p.owner_id, now_ms, p.lease_ms, p.slack_ms)? else {
+        return Ok(RowOutcome::Skipped);
+    };
+    crate::failpoint!("recovery.after_takeover");
+    match decode(tx, row, p, now_ms)? {
+        Err(reason) => {
+            claim::quarantine(tx, &claim, &reason, now_ms)?;
+            Ok(RowOutcome::Quarantined(reason))
+        }
+        Ok(Decoded::Safe) => {
+            claim::delete_exact(tx, &claim)?;
+            Ok(RowOutcome::DiscardedSafe)
+        }
+        Ok(Decoded::Superseded) => {
+            claim::delete_exact(tx, &claim)?;
+            Ok(RowOutcome::Superseded)
+        }
+        Ok(Decoded::Reconcile { phase, assistant }) => {
+            reconcile(tx, &claim, phase, assistant, now_ms).map(RowOutcome::Recovered)
+        }
+    }
+}
+
+/// Decodes what was read before anything is written on its behalf. `Ok(Err(reason))`
+/// means quarantine; `Err` is a store failure.
+fn decode(
+    tx: &Transaction<'_>,
+    row: &ClaimRow,
+    p: &Params,
+    now_ms: i64,
+) -> Result<Result<Decoded, String>> {
+    let Some(phase) = row.phase() else {
+        return Ok(Err(format!("unknown phase {:?}", row.phase_text())));
+    };
+    let Some(expires_at) = row.expires_at() else {
+        return Ok(Err(format!(
+            "expires_at is not an integer ({})",
+            claim::text(row.expires_at.clone())
+        )));
+    };
+    if expires_at > now_ms + p.lease_ms + p.slack_ms {
+        return Ok(Err(format!(
+            "expires_at lies {} ms ahead, beyond a lease: the clock went backwards and the owner is not proven dead",
+            expires_at - now_ms
+        )));
+    }
+    if row.epoch().is_none() || claim::integer(&row.assistant_seq).is_none() {
+        return Ok(Err("epoch or assistant_seq is not an integer".into()));
+    }
+    if rows::session(tx, &row.session_id)?.is_none() {
+        return Ok(Err(format!("session {} does not exist", row.session_id)));
+    }
+    if phase == Phase::Safe {
+        return Ok(Ok(Decoded::Safe));
+    }
+    let assistant = match &row.assistant_message_id {
+        None => None,
+        Some(id) => match rows::message(tx, id) {
+            Err(Error::Corrupt(reason)) => return Ok(Err(reason)),
+            Err(e) => return Err(e),
+            Ok(None) => return Ok(Err(format!("assistant {id} does not exist"))),
+            Ok(Some(m)) if m.session_id != row.session_id => {
+                return Ok(Err(format!(
+                    "assistant {id} belongs to session {}, not {}",
+                    m.session_id, row.session_id
+                )));
+            }
+            Ok(Some(m)) if m.data.kind() != MessageKind::Assistant => {
+                return Ok(Err(format!("message {id} is not an assistant")));
+            }
+            Ok(Some(m)) => Some(Box::new(m)),
+        },
+    };
+    let latest: Option<(String, i64)> = tx
+        .prepare_cached(
+            "SELECT id, seq FROM session_message WHERE session_id = ?1 AND type = 'assistant'
+             ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([&row.session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let snapshot = claim::integer(&row.assistant_seq).unwrap_or(-1);
+    let superseded = match (&assistant, &latest) {
+        (Some(a), Some((latest_id, _))) => &a.id != latest_id,
+        (None, Some((_, latest_seq))) => *latest_seq > snapshot,
+        (_, None) => false,
+    };
+    if superseded {
+        return Ok(Ok(Decoded::Superseded));
+    }
+    Ok(Ok(Decoded::Reconcile { phase, assistant }))
+}
+
+/// The one-transaction reconciliation of SPEC §5.3 step 5.
+fn reconcile(
+    tx: &Transaction<'_>,
+    claim: &Claim,
+    phase: Phase,
+    assistant: Option<Box<crate::projection::MessageRow>>,
+    now_ms: i64,
+) -> Result<Recovered> {
+    let stopped = stop_leftover_processes(assistant.as_deref());
+    let execution_id = claim.execution_id.clone();
+    let continuation = ids::continuation_input(&execution_id);
+    let parked = consecutive_recoveries(tx, &claim.session_id)? + 1 >= CRASH_LOOP_LIMIT;
+    let assistant_id = assistant.as_ref().map(|a| a.id.clone());
+    let mut preloaded = crate::projection::Projection::default();
+    if let Some(a) = assistant {
+        preloaded.messages.insert(a.id.clone(), *a);
+    }
+    let mut f = Fenced::after_takeover(tx, claim, now_ms, phase);
+    f.append_all_onto(
+        vec![
+            Event::StepRecovered {
+                execution_id: execution_id.clone(),
+                assistant_message_id: assistant_id.clone(),
+                phase,
+                stopped_tools: stopped.iter().map(|s| s.call_id.clone()).collect(),
+            },
+            Event::InputAdmitted {
+                input_id: continuation.clone(),
+                prompt: CONTINUATION_TEXT.into(),
+                delivery: Delivery::Queue,
+                wake_pending: false,
+                continuation_of: Some(execution_id.clone()),
+            },
+        ],
+        preloaded,
+    )?;
+    tx.prepare_cached(
+        "INSERT INTO session_recovery (execution_id, session_id, assistant_message_id,
+             continuation_message_id, phase, wake_pending, wake_attempts, recovery_error, time_created)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8)",
+    )?
+    .execute(params![
+        execution_id,
+        claim.session_id,
+        assistant_id.as_deref(),
+        continuation,
+        phase.as_str(),
+        !parked as i64,
+        parked.then_some(CRASH_LOOP_ERROR),
+        now_ms
+    ])?;
+    claim::delete_exact(tx, claim)?;
+    Ok(Recovered {
+        execution_id,
+        session_id: claim.session_id.clone(),
+        phase,
+        assistant_message_id: assistant_id,
+        stopped_processes: stopped,
+        parked,
+    })
+}
+
+/// Recoveries of a session since its last normally ended step.
+fn consecutive_recoveries(tx: &Transaction<'_>, session_id: &str) -> Result<i64> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT count(*) FROM event WHERE aggregate_id = ?1 AND type = 'step.recovered'
+             AND seq > COALESCE((SELECT MAX(seq) FROM event
+                                 WHERE aggregate_id = ?1 AND type = 'step.ended'), -1)",
+        )?
+        .query_row([session_id], |r| r.get(0))?)
+}
+
+/// Stops the process groups of the assistant's running tools that are provably still
+/// theirs (issue: tool processes never outlive their owner).
+fn stop_leftover_processes(
+    assistant: Option<&crate::projection::MessageRow>,
+) -> Vec<StoppedProcess> {
+    let Some(MessageData::Assistant(a)) = assistant.map(|m| &m.data) else {
+        return Vec::new();
+    };
+    let mut stopped = Vec::new();
+    for tool in a.tools() {
+        if tool.state.status != ToolStatus::Running {
+            continue;
+        }
+        let Some(identity) = &tool.state.process else {
+            continue;
+        };
+        match process::stop_leftover(identity) {
+            Leftover::Stopped => {
+                tracing::warn!(call = %tool.call_id, pgid = identity.pgid, "stopped a leftover tool process group");
+                stopped.push(StoppedProcess {
+                    call_id: tool.call_id.clone(),
+                    pid: identity.pid,
+                    pgid: identity.pgid,
+                });
+            }
+            Leftover::Reused => {
+                tracing::info!(call = %tool.call_id, pid = identity.pid, "tool pid was reused: not signalled");
+            }
+            Leftover::Gone | Leftover::Elsewhere => {}
+        }
+    }
+    stopped
+}
+
+/// Quarantines a row whose recovery failed, in its own savepoint. False when the row
+/// could not even be taken over (someone else holds it).
+fn quarantine_row(
+    tx: &Transaction<'_>,
+    row: &ClaimRow,
+    p: &Params,
+    now_ms: i64,
+    reason: &str,
+) -> Result<bool> {
+    tx.execute_batch("SAVEPOINT recovery_quarantine")?;
+    let result = (|| -> Result<bool> {
+        let Some(claim) = claim::takeover(tx, row, &p.owner_id, now_ms, p.lease_ms, p.slack_ms)?
+        else {
+            return Ok(false);
+        };
+        claim::quarantine(tx, &claim, reason, now_ms)?;
+        Ok(true)
+    })();
+    match result {
+        Ok(done) => {
+            tx.execute_batch("RELEASE recovery_quarantine")?;
+            Ok(done)
+        }
+        Err(e) => {
+            tx.execute_batch("ROLLBACK TO recovery_quarantine; RELEASE recovery_quarantine")?;
+            tracing::error!(execution = %row.id, error = %e, "could not quarantine a claim");
+            Ok(false)
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The earliest expiry among live claims of other owners (for the recovery timer).
+pub fn earliest_foreign_expiry(conn: &Connection, me: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT MIN(expires_at) FROM session_execution
+             WHERE owner_id != ?1 AND recovery_error IS NULL AND typeof(expires_at) = 'integer'",
+        )?
+        .query_row([me], |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests;

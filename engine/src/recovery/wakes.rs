@@ -1,0 +1,170 @@
+//! Durable wake redrive (SPEC §5.7): the `session_recovery` rows whose wake is
+//! pending, checked before anything is woken. A row whose continuation is not
+//! `inp_rec_<its execution>`, is missing, or belongs to another session is
+//! quarantined (invariant 15); one whose wake already failed [`WAKE_ATTEMPTS_MAX`]
+//! times is quarantined too. The rest are woken with a scope that promotes only their
+//! continuation (invariant 10).
+
+use rusqlite::{Connection, Transaction, params};
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::ids;
+use crate::recovery::BATCH;
+use crate::store::rows;
+
+/// A failed wake increments `wake_attempts`; at this many the row is quarantined.
+pub const WAKE_ATTEMPTS_MAX: i64 = 5;
+
+/// What the redrive did (part of `recover --json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WakeReport {
+    pub redriven: usize,
+    pub failed: usize,
+    pub quarantined: usize,
+}
+
+/// A recovery wake to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeCandidate {
+    pub execution_id: String,
+    pub session_id: String,
+    pub input_id: String,
+}
+
+struct PendingWake {
+    execution_id: String,
+    session_id: String,
+    continuation: String,
+    attempts: i64,
+    time_created: i64,
+}
+
+/// Checks every pending recovery wake, quarantining the bad ones; returns the rest
+/// and how many were quarantined.
+pub fn recovery_wakes(conn: &mut Connection) -> Result<(Vec<WakeCandidate>, usize)> {
+    let mut wake = Vec::new();
+    let mut quarantined = 0;
+    let mut last: Option<(i64, String)> = None;
+    loop {
+        let (batch, done) = crate::store::write(conn, |tx| {
+            let pending = scan(tx, &last)?;
+            let mut out = Vec::new();
+            for row in &pending {
+                match check(tx, row)? {
+                    Ok(Some(candidate)) => out.push(candidate),
+                    Ok(None) => {}
+                    Err(reason) => {
+                        quarantine(tx, &row.execution_id, &reason)?;
+                        quarantined += 1;
+                    }
+                }
+            }
+            let done = pending.len() < BATCH;
+            if let Some(row) = pending.last() {
+                last = Some((row.time_created, row.execution_id.clone()));
+            }
+            Ok((out, done))
+        })?;
+        wake.extend(batch);
+        if done {
+            return Ok((wake, quarantined));
+        }
+    }
+}
+
+fn scan(tx: &Transaction<'_>, last: &Option<(i64, String)>) -> Result<Vec<PendingWake>> {
+    let base =
+        "SELECT execution_id, session_id, continuation_message_id, wake_attempts, time_created
+                FROM session_recovery WHERE wake_pending = 1 AND recovery_error IS NULL";
+    let map = |r: &rusqlite::Row<'_>| {
+        Ok(PendingWake {
+            execution_id: r.get(0)?,
+            session_id: r.get(1)?,
+            continuation: r.get(2)?,
+            attempts: r.get(3)?,
+            time_created: r.get(4)?,
+        })
+    };
+    let rows = match last {
+        None => tx
+            .prepare_cached(&format!(
+                "{base} ORDER BY time_created, execution_id LIMIT {BATCH}"
+            ))?
+            .query_map([], map)?
+            .collect::<Result<Vec<_>, _>>()?,
+        Some((time, id)) => tx
+            .prepare_cached(&format!(
+                "{base} AND (time_created, execution_id) > (?1, ?2)
+                 ORDER BY time_created, execution_id LIMIT {BATCH}"
+            ))?
+            .query_map(params![time, id], map)?
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    Ok(rows)
+}
+
+/// `Ok(Some)`: wake it; `Ok(None)`: nothing left to wake (already promoted);
+/// `Err(reason)`: quarantine.
+fn check(tx: &Transaction<'_>, row: &PendingWake) -> Result<Result<Option<WakeCandidate>, String>> {
+    let expected = ids::continuation_input(&row.execution_id);
+    if row.continuation != expected {
+        return Ok(Err(format!(
+            "continuation {} is not derived from execution {}",
+            row.continuation, row.execution_id
+        )));
+    }
+    let Some(input) = rows::input(tx, &row.continuation)? else {
+        return Ok(Err(format!(
+            "continuation {} does not exist",
+            row.continuation
+        )));
+    };
+    if input.session_id != row.session_id {
+        return Ok(Err(format!(
+            "continuation {} belongs to session {}, not {}",
+            row.continuation, input.session_id, row.session_id
+        )));
+    }
+    if !input.is_pending() {
+        tx.execute(
+            "UPDATE session_recovery SET wake_pending = 0 WHERE execution_id = ?1",
+            [&row.execution_id],
+        )?;
+        return Ok(Ok(None));
+    }
+    if row.attempts >= WAKE_ATTEMPTS_MAX {
+        return Ok(Err(format!(
+            "the wake was attempted {} times without promoting the continuation",
+            row.attempts
+        )));
+    }
+    Ok(Ok(Some(WakeCandidate {
+        execution_id: row.execution_id.clone(),
+        session_id: row.session_id.clone(),
+        input_id: row.continuation.clone(),
+    })))
+}
+
+fn quarantine(tx: &Transaction<'_>, execution_id: &str, reason: &str) -> Result<()> {
+    tracing::warn!(
+        execution = execution_id,
+        reason,
+        "quarantining a recovery wake"
+    );
+    tx.execute(
+        "UPDATE session_recovery SET recovery_error = ?2, wake_pending = 0 WHERE execution_id = ?1",
+        params![execution_id, reason],
+    )?;
+    Ok(())
+}
+
+/// Counts a wake attempt, in the transaction that acquires the session for it.
+pub(crate) fn count_attempt(tx: &Transaction<'_>, input_id: &str) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE session_recovery SET wake_attempts = wake_attempts + 1
+         WHERE continuation_message_id = ?1 AND wake_pending = 1",
+    )?
+    .execute([input_id])?;
+    Ok(())
+}

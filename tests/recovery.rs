@@ -1,0 +1,320 @@
+//! Crash recovery end to end on the real binary: SIGKILL mid-tool and mid-stream,
+//! relaunch, and check what the transcript, the files and `recover --json` say.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::run::{only_session, show, work_dir, write_script};
+use crate::support::{Env, code, eventually, signal, snapshot, stderr, stdout};
+
+const INTERRUPTED: &str = "Session execution interrupted by server restart";
+const UNKNOWN: &str = "Provider Step outcome unknown after server restart";
+const TOOL_UNKNOWN: &str = "Tool execution outcome unknown after server restart";
+
+fn spawn_run(env: &Env, script: &str, work: &str, prompt: &str) -> Child {
+    env.cmd()
+        .args(["--script", script, "run", "--yes", "--dir", work, prompt])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The event types in the file so far (read-only; empty before the file exists).
+pub fn events_of(env: &Env) -> Vec<String> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let Ok(conn) = rusqlite::Connection::open_with_flags(env.db(), flags) else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = conn.prepare("SELECT type FROM event ORDER BY aggregate_id, seq") else {
+        return Vec::new();
+    };
+    stmt.query_map([], |r| r.get(0))
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
+}
+
+fn recover_json(env: &Env, script: &str) -> Value {
+    let output = env
+        .cmd()
+        .args(["--script", script, "recover", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    serde_json::from_str(&stdout(&output)).unwrap()
+}
+
+#[test]
+fn r5_sigkill_while_a_tool_sleeps_is_reconciled_and_continued_without_repeating_the_tool() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "tool.toml",
+        r#"
+        [[step]]
+        text = ["Appending a line."]
+        tool_calls = [{ tool = "run_command", input = { command = "echo line >> ../out.txt; sleep 300" } }]
+        [[step]]
+        text = ["Carrying on after the restart."]
+    "#,
+    );
+    let out = env.root.path().join("out.txt");
+    let mut child = spawn_run(&env, &script, &work, "append a line");
+    assert!(
+        eventually(Duration::from_secs(10), || out.exists()),
+        "the tool never ran"
+    );
+    assert!(eventually(Duration::from_secs(5), || events_of(&env)
+        .contains(&"tool.started".to_string())));
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+
+    let relaunched = Instant::now();
+    let report = recover_json(&env, &script);
+    let wall = relaunched.elapsed();
+    let session = only_session(&env);
+    assert_eq!(report["scanned"], 1);
+    assert_eq!(report["recovered"][0]["session_id"], session);
+    assert_eq!(report["recovered"][0]["phase"], "ready");
+    assert_eq!(
+        report["wakes"],
+        serde_json::json!({"redriven": 1, "failed": 0, "quarantined": 0})
+    );
+    assert!(report["duration_ms"].as_u64().unwrap() < 1_000, "{report}");
+    assert!(wall < Duration::from_secs(5), "relaunch took {wall:?}");
+
+    let shown = show(&env, &session);
+    let messages = shown["messages"].as_array().unwrap();
+    let types: Vec<&str> = messages
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, vec!["user", "assistant", "synthetic", "assistant"]);
+    let interrupted = &messages[1]["data"];
+    assert_eq!(interrupted["finish"], "error");
+    assert_eq!(interrupted["error"]["message"], INTERRUPTED);
+    assert_eq!(interrupted["parts"][1]["state"]["status"], "error");
+    assert_eq!(interrupted["parts"][1]["state"]["error"], TOOL_UNKNOWN);
+    assert_eq!(messages[2]["data"]["label"], "Continuing after restart");
+    assert_eq!(
+        messages[3]["data"]["parts"][0]["text"],
+        "Carrying on after the restart."
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "line\n",
+        "the tool ran twice"
+    );
+    let doctor = env.run(&["doctor"]);
+    assert_eq!(code(&doctor), 0, "{}", stdout(&doctor));
+}
+
+#[test]
+fn r5_sigkill_during_the_provider_stream_says_the_outcome_is_unknown() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "stream.toml",
+        r#"
+        [[step]]
+        text = ["Thinking", " slowly", " about", " it", " for", " a", " long", " time"]
+        delay_ms = 300
+        [[step]]
+        text = ["Back again."]
+    "#,
+    );
+    let mut child = spawn_run(&env, &script, &work, "think");
+    assert!(eventually(Duration::from_secs(10), || events_of(&env)
+        .contains(&"step.text".to_string())));
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+    let report = recover_json(&env, &script);
+    assert_eq!(report["recovered"][0]["phase"], "unknown");
+    let session = only_session(&env);
+    let shown = show(&env, &session);
+    let assistant = &shown["messages"][1]["data"];
+    assert_eq!(assistant["error"]["message"], UNKNOWN);
+    let parts = assistant["parts"].as_array().unwrap();
+    assert!(parts[0]["text"].as_str().unwrap().starts_with("Thinking"));
+    assert_eq!(parts.last().unwrap()["text"], UNKNOWN);
+    assert_eq!(
+        shown["messages"][3]["data"]["parts"][0]["text"],
+        "Back again."
+    );
+}
+
+#[test]
+fn inspect_never_writes_and_shows_claims_of_a_crashed_file() {
+    let env = Env::new();
+    // On a data directory that does not exist, nothing is created.
+    let output = env.run(&["inspect", "--json"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&output)).unwrap(),
+        serde_json::json!({"owners": [], "claims": [], "quarantine": [], "wakes": [], "recoveries": []})
+    );
+    assert!(!env.data.exists());
+
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "tool.toml",
+        r#"
+        [[step]]
+        tool_calls = [{ tool = "run_command", input = { command = "sleep 300" } }]
+    "#,
+    );
+    let mut child = spawn_run(&env, &script, &work, "sleep");
+    assert!(eventually(Duration::from_secs(10), || events_of(&env)
+        .contains(&"tool.started".to_string())));
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+    let before = snapshot(&env.data);
+    let output = env.run(&["inspect", "--json"]);
+    let after = snapshot(&env.data);
+    let strip = |s: std::collections::BTreeMap<String, Vec<u8>>| {
+        s.into_iter()
+            .filter(|(k, _)| !k.ends_with("-shm"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        strip(after),
+        strip(before),
+        "inspect changed the data directory"
+    );
+    let snap: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(snap["owners"][0]["alive"], false);
+    assert_eq!(snap["claims"][0]["phase"], "ready");
+    assert_eq!(snap["claims"][0]["state"], "live");
+    assert_eq!(snap["recoveries"], Value::Array(vec![]));
+    // `sessions`, `show` and `doctor` do not recover either.
+    for args in [vec!["sessions"], vec!["doctor"]] {
+        env.run(&args);
+    }
+    let snap: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    assert_eq!(snap["claims"].as_array().unwrap().len(), 1);
+    // `recover --no-wake` reconciles and leaves the wake pending.
+    let output = env.run(&["recover", "--json", "--no-wake"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let snap: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    assert_eq!(snap["claims"], Value::Array(vec![]));
+    assert_eq!(snap["wakes"][0]["kind"], "recovery");
+    assert_eq!(snap["recoveries"][0]["wake_pending"], true);
+    assert_eq!(
+        snap["owners"],
+        Value::Array(vec![]),
+        "the dead owner was not forgotten"
+    );
+}
+
+#[test]
+fn r5_8_a_parked_wake_is_continued_by_steward_wake_and_a_discarded_one_never_runs() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "crashy.toml",
+        r#"
+        [[step]]
+        text = ["Working", " on", " it", " very", " slowly", " indeed"]
+        delay_ms = 300
+    "#,
+    );
+    // Three crashes in a row, each recovered without running the continuation.
+    let mut session = String::new();
+    for round in 0..3 {
+        let mut child = if round == 0 {
+            spawn_run(&env, &script, &work, "go")
+        } else {
+            env.cmd()
+                .args(["--script", &script, "run", "--session", &session, "again"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let before = events_of(&env).iter().filter(|t| *t == "step.text").count();
+        assert!(eventually(Duration::from_secs(10), || {
+            events_of(&env).iter().filter(|t| *t == "step.text").count() > before
+        }));
+        signal(child.id(), "KILL");
+        child.wait().unwrap();
+        let output = env.run(&["recover", "--json", "--no-wake"]);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+        session = only_session(&env);
+    }
+    let snap: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    let parked: Vec<&Value> = snap["quarantine"].as_array().unwrap().iter().collect();
+    assert_eq!(parked.len(), 1, "{snap}");
+    assert_eq!(parked[0]["kind"], "recovery");
+    assert_eq!(
+        parked[0]["reason"],
+        "Execution was interrupted repeatedly and will not be resumed automatically."
+    );
+    let listed: Value = serde_json::from_str(&stdout(&env.run(&["sessions", "--json"]))).unwrap();
+    assert_eq!(listed[0]["state"], "quarantined");
+    let execution = parked[0]["execution_id"].as_str().unwrap().to_string();
+    // The user continues it from the inspector's action.
+    let fast = write_script(&env, "fast.toml", "[[step]]\ntext = [\"Resumed.\"]\n");
+    let output = env
+        .cmd()
+        .args(["--script", &fast, "wake", &execution])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let shown = show(&env, &session);
+    let last = shown["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["data"]["parts"][0]["text"], "Resumed.");
+    // One more crash, reconciled without waking; discarding its wake means it never
+    // runs: a later `recover` finds nothing to redrive.
+    let mut child = env
+        .cmd()
+        .args([
+            "--script",
+            &script,
+            "run",
+            "--session",
+            &session,
+            "once more",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let before = events_of(&env).iter().filter(|t| *t == "step.text").count();
+    assert!(eventually(Duration::from_secs(10), || {
+        events_of(&env).iter().filter(|t| *t == "step.text").count() > before
+    }));
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+    assert_eq!(code(&env.run(&["recover", "--no-wake"])), 0);
+    let snap: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    assert_eq!(snap["wakes"].as_array().unwrap().len(), 1, "{snap}");
+    let pending = snap["wakes"][0]["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let output = env.run(&["discard", &pending]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report = recover_json(&env, &fast);
+    assert_eq!(report["wakes"]["redriven"], 0, "{report}");
+    let snap: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    assert_eq!(snap["wakes"], Value::Array(vec![]));
+    let output = env.run(&["discard", "exe_unknown"]);
+    assert_eq!(code(&output), 1);
+    assert!(
+        stderr(&output).contains("exe_unknown"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -1,10 +1,12 @@
-//! `steward doctor`: is the file sound, which schema is it on, and do the projection
-//! tables equal a replay of the event log (SPEC §3.1)?
+//! `steward doctor`: is the file sound, which schema is it on, do the projection
+//! tables equal a replay of the event log (SPEC §3.1), and does every invariant of
+//! [`crate::invariants`] hold?
 
 use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::invariants::Violation;
 use crate::projection::Projection;
 use crate::store::{events, migrate, rows};
 
@@ -19,6 +21,10 @@ pub struct DoctorReport {
     pub events: i64,
     /// Sessions whose tables differ from a replay of their log.
     pub replay_mismatches: Vec<ReplayMismatch>,
+    /// Every broken invariant (replay mismatches included).
+    pub invariants: Vec<Violation>,
+    /// How many invariant rules were checked.
+    pub rules_checked: usize,
     pub ok: bool,
 }
 
@@ -28,33 +34,35 @@ pub struct ReplayMismatch {
     pub detail: String,
 }
 
-/// Runs every check on `conn` (read-only).
-pub fn check(conn: &Connection) -> Result<DoctorReport> {
+/// Runs every check on `conn` (read-only) at `now_ms`.
+pub fn check(conn: &Connection, now_ms: i64) -> Result<DoctorReport> {
     let quick_check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
     let migrations: Vec<String> = migrate::applied(conn)?.into_iter().map(|m| m.id).collect();
     let events: i64 = conn.query_row("SELECT count(*) FROM event", [], |r| r.get(0))?;
-    let mut session_ids: Vec<String> = conn
-        .prepare("SELECT id FROM session UNION SELECT DISTINCT aggregate_id FROM event ORDER BY 1")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    session_ids.dedup();
-    let mut replay_mismatches = Vec::new();
-    for id in &session_ids {
-        if let Some(detail) = replay_difference(conn, id) {
-            replay_mismatches.push(ReplayMismatch {
-                session_id: id.clone(),
-                detail,
-            });
-        }
-    }
-    let ok = quick_check == "ok" && replay_mismatches.is_empty();
+    let sessions: i64 = conn.query_row(
+        "SELECT count(*) FROM (SELECT id FROM session UNION SELECT aggregate_id FROM event)",
+        [],
+        |r| r.get(0),
+    )?;
+    let invariants = crate::invariants::check(conn, now_ms)?;
+    let replay_mismatches = invariants
+        .iter()
+        .filter(|v| v.rule == "replay")
+        .map(|v| ReplayMismatch {
+            session_id: v.session_id.clone().unwrap_or_default(),
+            detail: v.detail.clone(),
+        })
+        .collect();
+    let ok = quick_check == "ok" && invariants.is_empty();
     Ok(DoctorReport {
         quick_check,
         schema_version: migrations.last().cloned(),
         migrations,
-        sessions: session_ids.len(),
+        sessions: usize::try_from(sessions).unwrap_or(0),
         events,
         replay_mismatches,
+        invariants,
+        rules_checked: crate::invariants::RULES.len(),
         ok,
     })
 }
@@ -160,7 +168,7 @@ mod tests {
     #[test]
     fn r3_1_a_consistent_database_passes() {
         let store = populated();
-        let report = check(store.conn()).unwrap();
+        let report = check(store.conn(), 10).unwrap();
         assert!(report.ok, "{report:?}");
         assert_eq!(report.schema_version.as_deref(), Some("0001_init"));
         assert_eq!((report.sessions, report.events), (1, 3));
@@ -176,7 +184,7 @@ mod tests {
                 [],
             )
             .unwrap();
-        let report = check(store.conn()).unwrap();
+        let report = check(store.conn(), 10).unwrap();
         assert!(!report.ok);
         assert_eq!(
             report.replay_mismatches,
@@ -189,7 +197,7 @@ mod tests {
             .conn()
             .execute("DELETE FROM session_message", [])
             .unwrap();
-        let report = check(store.conn()).unwrap();
+        let report = check(store.conn(), 10).unwrap();
         assert_eq!(
             report.replay_mismatches[0].detail,
             "message msg_1 is missing"

@@ -21,6 +21,7 @@ pub mod failpoint;
 pub mod ids;
 pub mod inspect;
 pub mod inspector;
+pub mod invariants;
 pub mod message;
 pub mod owner;
 pub mod phase;

@@ -1,4 +1,5 @@
-//! `steward doctor [--json]`: integrity, schema version, projection replay check.
+//! `steward doctor [--json]`: integrity, schema version, the projection replay check
+//! and every invariant. Never recovers or runs anything.
 
 use std::process::ExitCode;
 
@@ -6,8 +7,8 @@ use anyhow::Result;
 use steward_engine::doctor;
 use steward_engine::store::Store;
 
-pub fn run(store: &Store, json: bool) -> Result<ExitCode> {
-    let report = doctor::check(store.conn())?;
+pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
+    let report = doctor::check(store.conn(), now_ms)?;
     if json {
         let mut value = serde_json::to_value(&report)?;
         value["path"] = store.path().map(|p| p.display().to_string()).into();
@@ -17,31 +18,28 @@ pub fn run(store: &Store, json: bool) -> Result<ExitCode> {
             .path()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        println!("database   {path}");
+        println!("database    {path}");
         println!(
-            "schema     {} ({} migration{} applied)",
+            "schema      {} ({} migration{} applied)",
             report.schema_version.as_deref().unwrap_or("none"),
             report.migrations.len(),
-            if report.migrations.len() == 1 {
-                ""
-            } else {
-                "s"
-            }
+            if report.migrations.len() == 1 { "" } else { "s" }
         );
-        println!("integrity  {} (PRAGMA quick_check)", report.quick_check);
-        if report.replay_mismatches.is_empty() {
+        println!("integrity   {} (PRAGMA quick_check)", report.quick_check);
+        println!("log         {} sessions, {} events", report.sessions, report.events);
+        if report.invariants.is_empty() {
             println!(
-                "replay     {} sessions, {} events: every projection equals a replay of its events",
-                report.sessions, report.events
+                "invariants  all {} hold (projections equal a replay of the log)",
+                report.rules_checked
             );
         } else {
-            println!(
-                "replay     {} of {} sessions differ from a replay of their events:",
-                report.replay_mismatches.len(),
-                report.sessions
-            );
-            for m in &report.replay_mismatches {
-                println!("           {}: {}", m.session_id, m.detail);
+            println!("invariants  {} broken:", report.invariants.len());
+            for v in &report.invariants {
+                let session = v.session_id.as_deref().unwrap_or("-");
+                println!("            {} {session}: {}", v.rule, v.detail);
+            }
+            if report.invariants.iter().any(|v| v.rule == "open_tool") {
+                println!("            (open tools outside a live claim wait for `steward recover`)");
             }
         }
         println!("{}", if report.ok { "ok" } else { "problems found" });

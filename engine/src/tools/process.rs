@@ -297,14 +297,20 @@ pub fn boot_id() -> String {
     .clone()
 }
 
-/// The identity of a live process that leads its own group.
+/// The identity of a live process that leads its own group. Without `/proc` (not
+/// Linux) the start time and boot cannot be read: the identity then carries an empty
+/// boot id, which [`stop_leftover`] treats as unprovable and never signals.
 pub fn identify(pid: i32) -> Option<ProcessIdentity> {
-    let (pgid, start_time) = stat(pid)?;
+    let (pgid, start_time, boot_id) = match stat(pid) {
+        Some((pgid, start)) => (pgid, start, boot_id()),
+        None if !Path::new("/proc/self/stat").exists() => (pid, 0, String::new()),
+        None => return None,
+    };
     Some(ProcessIdentity {
         pid,
         pgid,
         start_time,
-        boot_id: boot_id(),
+        boot_id,
         hostname: crate::owner::hostname(),
     })
 }

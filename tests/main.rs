@@ -1,8 +1,12 @@
 //! Workspace integration tests: the real `steward` binary, real files, real crashes.
 
+#![allow(clippy::print_stderr)] // the campaign prints its summary line
+
 mod support;
 
+mod campaign;
 mod claims;
+mod faults;
 mod recovery;
 mod run;
 mod store_refusals;

@@ -6,6 +6,7 @@
 mod commands;
 mod context;
 mod logging;
+mod output;
 mod paths;
 
 use std::path::PathBuf;
@@ -143,6 +144,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         return commands::inspect::run(&paths, &clock, json);
     }
     let store = open_store(&paths, clock.as_ref())?;
+    if let Some(pages) = config.store.max_pages {
+        store.set_max_pages(pages)?;
+    }
     let _log_guard = logging::init(&paths.logs);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), data_dir = %paths.data_dir.display(), "steward started");
     let ctx = context::Context {

@@ -16,6 +16,7 @@ pub struct Config {
     pub recovery: RecoveryConfig,
     pub compaction: CompactionConfig,
     pub agent: AgentConfig,
+    pub store: StoreConfig,
 }
 
 impl Config {
@@ -143,6 +144,15 @@ impl Default for CompactionConfig {
             token_budget: 48_000,
         }
     }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// A ceiling on the database size, in pages (`PRAGMA max_page_count`). A write
+    /// past it fails with a typed "database is full" error and changes nothing.
+    pub max_pages: Option<u64>,
 }
 
 /// `[agent]`.

@@ -67,7 +67,9 @@ pub fn check(conn: &Connection, now_ms: i64) -> Result<Vec<Violation>> {
 
 fn integrity(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
     let mut stmt = conn.prepare("PRAGMA integrity_check")?;
-    let rows: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let rows: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
     if rows != ["ok"] {
         out.push(violation("integrity", None, rows.join("; ")));
     }
@@ -79,7 +81,12 @@ fn seq(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
         "SELECT aggregate_id, count(*), min(seq), max(seq) FROM event GROUP BY aggregate_id",
     )?;
     let rows = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
     })?;
     for row in rows {
         let (session, count, min, max) = row?;
@@ -95,8 +102,9 @@ fn seq(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
 }
 
 fn session_ids(conn: &Connection) -> Result<Vec<String>> {
-    let mut stmt =
-        conn.prepare("SELECT id FROM session UNION SELECT DISTINCT aggregate_id FROM event ORDER BY 1")?;
+    let mut stmt = conn.prepare(
+        "SELECT id FROM session UNION SELECT DISTINCT aggregate_id FROM event ORDER BY 1",
+    )?;
     let rows = stmt.query_map([], |r| r.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -117,7 +125,11 @@ fn one_claim(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     for row in rows {
         let (session, n) = row?;
-        out.push(violation("one_claim", Some(&session), format!("{n} claims")));
+        out.push(violation(
+            "one_claim",
+            Some(&session),
+            format!("{n} claims"),
+        ));
     }
     Ok(())
 }
@@ -140,7 +152,9 @@ fn open_tools(conn: &Connection, now_ms: i64, out: &mut Vec<Violation>) -> Resul
         let Ok(Some(message)) = crate::store::rows::message(conn, &id) else {
             continue; // undecodable: the replay check reports it
         };
-        let Some(assistant) = message.data.as_assistant() else { continue };
+        let Some(assistant) = message.data.as_assistant() else {
+            continue;
+        };
         let open: Vec<&str> = assistant
             .tools()
             .filter(|t| t.state.status.is_open())
@@ -149,7 +163,9 @@ fn open_tools(conn: &Connection, now_ms: i64, out: &mut Vec<Violation>) -> Resul
         if open.is_empty() {
             continue;
         }
-        let covered = live.get(&session).is_some_and(|a| a.as_deref() == Some(id.as_str()));
+        let covered = live
+            .get(&session)
+            .is_some_and(|a| a.as_deref() == Some(id.as_str()));
         if !covered {
             out.push(violation(
                 "open_tool",
@@ -167,13 +183,28 @@ fn inputs(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
     let mut stmt = conn.prepare(
         "SELECT aggregate_id, seq, json_extract(data, '$.input_id') FROM event WHERE type = 'input.promoted'",
     )?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<String>>(2)?)))?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, Option<String>>(2)?,
+        ))
+    })?;
     for row in rows {
         let (session, seq, input) = row?;
-        promoted.entry(input.unwrap_or_default()).or_default().push((session, seq));
+        promoted
+            .entry(input.unwrap_or_default())
+            .or_default()
+            .push((session, seq));
     }
     let mut stmt = conn.prepare("SELECT id, session_id, promoted_seq FROM session_input")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, Option<i64>>(2)?)))?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<i64>>(2)?,
+        ))
+    })?;
     for row in rows {
         let (id, session, promoted_seq) = row?;
         let events = promoted.remove(&id).unwrap_or_default();
@@ -207,7 +238,10 @@ fn recovery_rows(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
             out.push(violation(
                 "recovery_rows",
                 session,
-                format!("recovery {} names continuation {}", r.execution_id, r.continuation_message_id),
+                format!(
+                    "recovery {} names continuation {}",
+                    r.execution_id, r.continuation_message_id
+                ),
             ));
         }
         match crate::store::rows::input(conn, &r.continuation_message_id) {
@@ -215,7 +249,10 @@ fn recovery_rows(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
             Ok(Some(input)) => out.push(violation(
                 "recovery_rows",
                 session,
-                format!("continuation {} belongs to session {}", input.id, input.session_id),
+                format!(
+                    "continuation {} belongs to session {}",
+                    input.id, input.session_id
+                ),
             )),
             Ok(None) => out.push(violation(
                 "recovery_rows",
@@ -226,13 +263,20 @@ fn recovery_rows(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
         }
         if let Some(id) = &r.assistant_message_id {
             let owner: Option<String> = conn
-                .query_row("SELECT session_id FROM session_message WHERE id = ?1", [id], |row| row.get(0))
+                .query_row(
+                    "SELECT session_id FROM session_message WHERE id = ?1",
+                    [id],
+                    |row| row.get(0),
+                )
                 .ok();
             if owner.as_deref() != Some(r.session_id.as_str()) {
                 out.push(violation(
                     "recovery_rows",
                     session,
-                    format!("recovery {} names assistant {id} of session {owner:?}", r.execution_id),
+                    format!(
+                        "recovery {} names assistant {id} of session {owner:?}",
+                        r.execution_id
+                    ),
                 ));
             }
         }
@@ -246,7 +290,12 @@ fn epochs(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
          WHERE execution_id IS NOT NULL ORDER BY aggregate_id, seq",
     )?;
     let rows = stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get::<_, Option<i64>>(3)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, Option<i64>>(3)?,
+        ))
     })?;
     let mut last: BTreeMap<(String, String), i64> = BTreeMap::new();
     for row in rows {
@@ -295,7 +344,10 @@ mod tests {
     fn a_recovered_database_keeps_every_invariant() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("steward.db"), &ManualClock::new(T0)).unwrap();
-        for (i, stage) in [Stage::Promoted, Stage::Streaming, Stage::Tools].into_iter().enumerate() {
+        for (i, stage) in [Stage::Promoted, Stage::Streaming, Stage::Tools]
+            .into_iter()
+            .enumerate()
+        {
             interrupted(&mut store, &format!("ses_{i}"), stage, T0);
         }
         // Live claims: open tools are covered.
@@ -328,6 +380,10 @@ mod tests {
         let mut got = rules(&found);
         got.sort();
         got.dedup();
-        assert_eq!(got, vec!["epoch", "input_once", "replay", "seq"], "{found:#?}");
+        assert_eq!(
+            got,
+            vec!["epoch", "input_once", "replay", "seq"],
+            "{found:#?}"
+        );
     }
 }

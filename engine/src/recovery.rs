@@ -85,6 +85,9 @@ pub struct RecoveryReport {
     pub scanned: usize,
     pub recovered: Vec<Recovered>,
     pub discarded_safe: usize,
+    /// Claims whose execution wrote nothing at all (it died between acquiring the
+    /// claim and promoting an input): nothing to reconcile, discarded.
+    pub discarded_empty: usize,
     pub superseded: usize,
     pub skipped_live: usize,
     pub quarantined: Vec<QuarantinedRow>,
@@ -259,6 +262,7 @@ enum RowOutcome {
     Skipped,
     Quarantined(String),
     DiscardedSafe,
+    DiscardedEmpty,
     Superseded,
     Recovered(Recovered),
 }
@@ -273,6 +277,7 @@ impl RowOutcome {
                 reason,
             }),
             RowOutcome::DiscardedSafe => report.discarded_safe += 1,
+            RowOutcome::DiscardedEmpty => report.discarded_empty += 1,
             RowOutcome::Superseded => report.superseded += 1,
             RowOutcome::Recovered(r) => report.recovered.push(r),
         }
@@ -282,6 +287,8 @@ impl RowOutcome {
 /// What decoding a taken-over claim found.
 enum Decoded {
     Safe,
+    /// The execution wrote no event: it left nothing half done.
+    Empty,
     Superseded,
     Reconcile {
         phase: Phase,
@@ -307,6 +314,10 @@ fn recover_row(
         Ok(Decoded::Safe) => {
             claim::delete_exact(tx, &claim)?;
             Ok(RowOutcome::DiscardedSafe)
+        }
+        Ok(Decoded::Empty) => {
+            claim::delete_exact(tx, &claim)?;
+            Ok(RowOutcome::DiscardedEmpty)
         }
         Ok(Decoded::Superseded) => {
             claim::delete_exact(tx, &claim)?;
@@ -384,6 +395,12 @@ fn decode(
     if superseded {
         return Ok(Ok(Decoded::Superseded));
     }
+    // Without an assistant the execution may not have written anything: it died
+    // between acquiring the claim and promoting an input. There is nothing to
+    // reconcile, and the inputs and wakes it would have taken keep theirs.
+    if assistant.is_none() && !wrote_events(tx, &row.session_id, &row.id)? {
+        return Ok(Ok(Decoded::Empty));
+    }
     Ok(Ok(Decoded::Reconcile { phase, assistant }))
 }
 
@@ -447,6 +464,15 @@ fn reconcile(
         stopped_processes: stopped,
         parked,
     })
+}
+
+/// Whether any event of the session was written by this execution.
+fn wrote_events(tx: &Transaction<'_>, session_id: &str, execution_id: &str) -> Result<bool> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM event WHERE aggregate_id = ?1 AND execution_id = ?2)",
+        )?
+        .query_row(params![session_id, execution_id], |r| r.get(0))?)
 }
 
 /// Recoveries of a session since its last normally ended step.

@@ -65,6 +65,17 @@ impl Store {
         Ok(Store { conn, path: None })
     }
 
+    /// Caps the database at `pages` pages for this connection.
+    pub fn set_max_pages(&self, pages: u64) -> Result<()> {
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX);
+        let _: i64 = self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get(0)
+            })?;
+        Ok(())
+    }
+
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use steward_engine::claim::heartbeat::{Heartbeat, HeartbeatParams};
 use steward_engine::claim::{self, Acquire, SelfFence};
-use steward_engine::clock::{SharedClock, SystemClock};
+use steward_engine::clock::{Clock, SharedClock, SystemClock};
 use steward_engine::db::Db;
 use steward_engine::events::Event;
 use steward_engine::owner::Owner;
@@ -51,6 +51,9 @@ fn main() -> ExitCode {
             session,
             lease_ms.parse().expect("lease"),
         ),
+        ["interrupted", data_dir, count, dir] => {
+            interrupted(PathBuf::from(data_dir), count.parse().expect("count"), dir)
+        }
         _ => Err(format!("unknown helper command {args:?}")),
     };
     match result {
@@ -121,4 +124,45 @@ fn hold_claim(data_dir: PathBuf, session: &str, lease_ms: u64) -> Result<(), Str
         lost.cancelled().await;
         Err("lost the claim".to_string())
     })
+}
+
+/// Leaves `count` sessions (working in `dir`) whose executions were interrupted while
+/// a tool ran, owned by this process — which then exits, so its owner is provably dead.
+fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String> {
+    use steward_engine::claim::Fenced;
+    use steward_engine::events::Delivery;
+    use steward_engine::phase::PhaseChange;
+    let clock = SystemClock::new();
+    let mut store = Store::open(&data_dir.join("steward.db"), &clock).map_err(|e| e.to_string())?;
+    let now = clock.now_ms();
+    store
+        .write(|tx| {
+            let owner = Owner::register(tx, &data_dir.join("owners"), now)?;
+            for i in 0..count {
+                let session = steward_engine::store::sessions::create(tx, &format!("interrupted {i}"), dir, now)?;
+                let (input, _) = steward_engine::store::sessions::admit(tx, &session.id, &format!("fixture prompt {i}"), Delivery::Queue, now)?;
+                let Acquire::Acquired(claim) = claim::acquire(tx, &session.id, &owner.id, now, 30_000)? else {
+                    return Err(steward_engine::Error::Invalid("not acquired".into()));
+                };
+                let mut f = Fenced::check(tx, &claim, now)?;
+                let message = steward_engine::ids::new(steward_engine::ids::MESSAGE, now);
+                f.append(Event::InputPromoted { input_id: input.id, message_id: steward_engine::ids::new(steward_engine::ids::MESSAGE, now) })?;
+                f.append(Event::StepStarted { message_id: message.clone(), execution_id: claim.execution_id.clone(), provider: "scripted".into(), model: "demo".into() })?;
+                f.set_assistant(&message)?;
+                f.change_phase(PhaseChange::WorkStarted)?;
+                f.append(Event::StepEnded { message_id: message.clone(), finish: steward_engine::message::Finish::ToolCalls, usage: None })?;
+                f.append(Event::ToolCalled {
+                    message_id: message.clone(),
+                    part_id: format!("prt_fixture_{i}"),
+                    call_id: format!("call_fixture_{i}"),
+                    tool: "run_command".into(),
+                    input: serde_json::json!({"command": format!("echo fixture-{i} >> effects.txt")}),
+                })?;
+                f.append(Event::ToolStarted { message_id: message, call_id: format!("call_fixture_{i}"), process: None })?;
+            }
+            // The process exits holding every claim: its lock dies with it.
+            std::mem::forget(owner);
+            Ok(())
+        })
+        .map_err(|e| e.to_string())
 }

@@ -8,8 +8,10 @@ use anyhow::Result;
 use steward_engine::inspector;
 use steward_engine::store::Store;
 
+use crate::output::out;
+
 pub fn run(mut store: Store, now_ms: i64, execution_id: &str) -> Result<ExitCode> {
     let session = store.write(|tx| inspector::discard(tx, execution_id, now_ms))?;
-    println!("discarded {execution_id} (session {session})");
+    out!("discarded {execution_id} (session {session})");
     Ok(ExitCode::SUCCESS)
 }

@@ -17,10 +17,12 @@ use steward_engine::store::open::{open_read_only, preflight};
 
 use crate::paths::Paths;
 
+use crate::output::out;
+
 pub fn run(paths: &Paths, clock: &SharedClock, json: bool) -> Result<ExitCode> {
     let snapshot = read(paths, clock)?;
     if json {
-        println!("{}", serde_json::to_string(&snapshot)?);
+        out!("{}", serde_json::to_string(&snapshot)?);
         return Ok(ExitCode::SUCCESS);
     }
     print(&snapshot);
@@ -54,7 +56,7 @@ fn live(paths: &Paths, clock: &SharedClock, mut last: Snapshot) -> Result<ExitCo
             }
             let snapshot = read(paths, clock)?;
             if snapshot != last {
-                print!("\x1b[2J\x1b[H");
+                crate::output::write(format_args!("\x1b[2J\x1b[H"));
                 print(&snapshot);
                 last = snapshot;
             }
@@ -63,32 +65,40 @@ fn live(paths: &Paths, clock: &SharedClock, mut last: Snapshot) -> Result<ExitCo
 }
 
 fn print(s: &Snapshot) {
-    println!("owners ({})", s.owners.len());
+    out!("owners ({})", s.owners.len());
     for o in &s.owners {
         let alive = match o.alive {
             Some(true) => "alive",
             Some(false) => "dead",
             None => "unknown",
         };
-        println!("  {}  pid {} on {}  {alive}", o.id, o.pid, o.hostname);
+        out!("  {}  pid {} on {}  {alive}", o.id, o.pid, o.hostname);
     }
-    println!("claims ({})", s.claims.len());
+    out!("claims ({})", s.claims.len());
     for c in &s.claims {
-        println!(
+        out!(
             "  {}  {}  owner {}  epoch {}  phase {}  {:?}",
-            c.execution_id, c.session_id, c.owner_id, c.epoch, c.phase, c.state
+            c.execution_id,
+            c.session_id,
+            c.owner_id,
+            c.epoch,
+            c.phase,
+            c.state
         );
     }
-    println!("quarantine ({})", s.quarantine.len());
+    out!("quarantine ({})", s.quarantine.len());
     for q in &s.quarantine {
-        println!(
+        out!(
             "  {} {}  {}: {}",
-            q.kind, q.execution_id, q.session_id, q.reason
+            q.kind,
+            q.execution_id,
+            q.session_id,
+            q.reason
         );
     }
-    println!("pending wakes ({})", s.wakes.len());
+    out!("pending wakes ({})", s.wakes.len());
     for w in &s.wakes {
-        println!(
+        out!(
             "  {} {}  {}  attempts {}",
             w.kind,
             w.execution_id.as_deref().unwrap_or(&w.input_id),
@@ -96,9 +106,9 @@ fn print(s: &Snapshot) {
             w.attempts
         );
     }
-    println!("recoveries ({})", s.recoveries.len());
+    out!("recoveries ({})", s.recoveries.len());
     for r in &s.recoveries {
-        println!(
+        out!(
             "  {}  {}  phase {}  wake {}",
             r.execution_id,
             r.session_id,

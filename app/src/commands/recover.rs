@@ -16,6 +16,8 @@ use steward_engine::tools::Headless;
 
 use crate::context::{Context, runtime};
 
+use crate::output::out;
+
 pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         let engine = ctx
@@ -45,11 +47,13 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
         }
         engine.shutdown().await?;
         if json {
-            println!("{}", serde_json::to_string(&report)?);
+            out!("{}", serde_json::to_string(&report)?);
         } else if !no_wake {
-            println!(
+            out!(
                 "wakes: {} redriven, {} failed, {} quarantined",
-                report.wakes.redriven, report.wakes.failed, report.wakes.quarantined
+                report.wakes.redriven,
+                report.wakes.failed,
+                report.wakes.quarantined
             );
         }
         Ok(ExitCode::SUCCESS)
@@ -57,7 +61,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
 }
 
 fn print_pass(report: &RecoveryReport) {
-    println!(
+    out!(
         "recovered {} (scanned {}, superseded {}, safe discarded {}, quarantined {}) in {} ms",
         report.recovered.len(),
         report.scanned,
@@ -71,24 +75,27 @@ fn print_pass(report: &RecoveryReport) {
             Phase::Unknown => PROVIDER_OUTCOME_UNKNOWN,
             Phase::Ready | Phase::Safe => EXECUTION_INTERRUPTED_BY_RESTART,
         };
-        println!("  {} in {}: {text}", r.execution_id, r.session_id);
+        out!("  {} in {}: {text}", r.execution_id, r.session_id);
         for p in &r.stopped_processes {
-            println!(
+            out!(
                 "    stopped the leftover process group {} of tool call {}",
-                p.pgid, p.call_id
+                p.pgid,
+                p.call_id
             );
         }
         if r.parked {
-            println!(
+            out!(
                 "    interrupted repeatedly: left for you (`steward wake {}`)",
                 r.execution_id
             );
         }
     }
     for q in &report.quarantined {
-        println!(
+        out!(
             "  quarantined {} in {}: {}",
-            q.execution_id, q.session_id, q.reason
+            q.execution_id,
+            q.session_id,
+            q.reason
         );
     }
 }

@@ -3,7 +3,6 @@
 //! stdout (`--json`: one JSON event per line). Ctrl-C cancels the execution, records
 //! the cancellation, and exits 130.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,6 +19,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::context::{Context, runtime};
 use crate::exit;
+
+use crate::output::out;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -168,7 +169,7 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
         ),
     };
     if args.json {
-        println!(
+        out!(
             "{}",
             json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": detail})
         );
@@ -204,14 +205,12 @@ impl Printer {
             return;
         }
         if self.json {
-            println!("{}", event_json(record));
+            out!("{}", event_json(record));
             return;
         }
-        let mut out = std::io::stdout();
         match &record.event {
             Event::StepText { text, .. } => {
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
+                crate::output::write(format_args!("{text}"));
                 self.mid_line = !text.ends_with('\n');
             }
             Event::StepEnded { .. } => self.end_line(),
@@ -237,7 +236,7 @@ impl Printer {
 
     fn end_line(&mut self) {
         if self.mid_line && !self.json {
-            println!();
+            out!("");
         }
         self.mid_line = false;
     }

@@ -8,6 +8,8 @@ use serde_json::json;
 use steward_engine::inspect;
 use steward_engine::store::Store;
 
+use crate::output::out;
+
 pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
     let sessions = inspect::sessions(store.conn(), now_ms)?;
     if json {
@@ -18,14 +20,14 @@ pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
                        "state": s.state.as_str(), "time_updated": s.time_updated})
             })
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        out!("{}", serde_json::Value::Array(list));
         return Ok(ExitCode::SUCCESS);
     }
     if sessions.is_empty() {
-        println!("no sessions yet: start one with `steward run PROMPT`");
+        out!("no sessions yet: start one with `steward run PROMPT`");
     }
     for s in sessions {
-        println!(
+        out!(
             "{}  {:<11}  {}  ({})",
             s.id,
             s.state.as_str(),

@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 use steward_engine::message::{MessageData, Part};
 use steward_engine::store::{Store, rows};
 
+use crate::output::out;
+
 pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
     let conn = store.conn();
     let Some(session) = rows::session(conn, session_id)? else {
@@ -38,49 +40,49 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
             "messages": messages,
             "pending_inputs": pending,
         });
-        println!("{out}");
+        out!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}  {}  ({})", session.id, session.title, session.directory);
+    out!("{}  {}  ({})", session.id, session.title, session.directory);
     for m in &messages {
-        println!();
+        out!("");
         match &m.data {
-            MessageData::User(u) => println!("you: {}", u.text),
+            MessageData::User(u) => out!("you: {}", u.text),
             MessageData::Synthetic(s) => match &s.label {
-                Some(label) => println!("[{label}] {}", s.text),
-                None => println!("[steward] {}", s.text),
+                Some(label) => out!("[{label}] {}", s.text),
+                None => out!("[steward] {}", s.text),
             },
             MessageData::Assistant(a) => {
-                println!("assistant ({}/{}):", a.provider, a.model);
+                out!("assistant ({}/{}):", a.provider, a.model);
                 for part in &a.parts {
                     match part {
-                        Part::Text { text, .. } => println!("{text}"),
+                        Part::Text { text, .. } => out!("{text}"),
                         Part::Tool(t) => {
-                            println!(
+                            out!(
                                 "  [{} {}] {}",
                                 t.tool,
                                 t.state.status.as_str(),
                                 t.state.input
                             );
                             if let Some(error) = &t.state.error {
-                                println!("    error: {error}");
+                                out!("    error: {error}");
                             }
                             if let Some(output) = &t.state.output {
                                 for line in output.lines().take(20) {
-                                    println!("    {line}");
+                                    out!("    {line}");
                                 }
                             }
                         }
                     }
                 }
                 if let Some(error) = &a.error {
-                    println!("  ({}: {})", error.kind, error.message);
+                    out!("  ({}: {})", error.kind, error.message);
                 }
             }
         }
     }
     for input in &pending {
-        println!("\n(pending {}) {}", input.delivery.as_str(), input.prompt);
+        out!("\n(pending {}) {}", input.delivery.as_str(), input.prompt);
     }
     Ok(ExitCode::SUCCESS)
 }

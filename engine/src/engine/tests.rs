@@ -340,3 +340,107 @@ fn synthetic_kind_names_are_lowercase() {
         "continuation"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_10_a_clock_jump_forward_stops_a_live_owner_and_recovery_reconciles_once() {
+    use crate::clock::ManualClock;
+    use crate::events::Delivery;
+    let dir = TestDir::new();
+    let clock = ManualClock::shared(1_700_000_000_000);
+    let mut config = Config::default();
+    config.lease.heartbeat_ms = Some(50);
+    let provider = FakeProvider::new(vec![Answer {
+        text: vec!["started".into()],
+        hold: true,
+        ..Answer::default()
+    }]);
+    let a = engine(
+        &dir,
+        clock.clone(),
+        config.clone(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = a.create_session("t", &dir.work()).await.unwrap();
+    let mut events = a.subscribe();
+    a.admit(&session.id, "go", Delivery::Queue).await.unwrap();
+    crate::testing::wait_for_event(
+        &mut events,
+        |e| matches!(e, crate::runner::EngineEvent::Committed(r) if r.event.kind() == "step.text"),
+    )
+    .await;
+    // An hour passes on the wall clock only (a suspended laptop, a clock change).
+    clock.jump_wall(3_600_000);
+    assert_eq!(
+        a.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Lost))
+    );
+    let before = kinds(&a, &session.id).await;
+    provider.release.notify_one();
+    let b = engine(
+        &dir,
+        clock.clone(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let report = b.recover().await.unwrap();
+    assert_eq!(report.recovered.len(), 1);
+    assert_eq!(report.recovered[0].phase, crate::phase::Phase::Unknown);
+    assert_eq!(
+        b.recover().await.unwrap().recovered.len(),
+        0,
+        "recovered twice"
+    );
+    // The stale owner added nothing after the jump; recovery completed its assistant.
+    assert_eq!(kinds(&b, &session.id).await, before);
+    assert_eq!(provider.count(), 1);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_10_a_clock_jump_backward_does_not_delay_recovery_of_a_dead_owner() {
+    use crate::clock::ManualClock;
+    let dir = TestDir::new();
+    let t0 = 1_700_000_000_000;
+    {
+        // An owner on this host that held a claim and died (its lock is free again).
+        let clock = ManualClock::new(t0);
+        let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+        let owner = store
+            .write(|tx| crate::owner::Owner::register(tx, &dir.owners(), t0))
+            .unwrap();
+        let exe = interrupted(&mut store, "ses_1", Stage::Tools, t0);
+        store
+            .conn()
+            .execute(
+                "UPDATE session_execution SET owner_id = ?1 WHERE id = ?2",
+                [&owner.id, &exe],
+            )
+            .unwrap();
+        drop(owner);
+    }
+    let clock = ManualClock::shared(t0 - 3_600_000);
+    let provider = FakeProvider::new(vec![Answer::text("continued")]);
+    let engine = engine(
+        &dir,
+        clock,
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let report = engine.recover().await.unwrap();
+    assert_eq!(
+        (report.recovered.len(), report.dead_owners.len()),
+        (1, 1),
+        "{report:?}"
+    );
+    engine.shutdown().await.unwrap();
+}

@@ -393,10 +393,16 @@ fn r5_2_equal_creation_times_are_scanned_in_id_order_in_bounded_batches_every_ti
             for i in 0..1_050 {
                 let session = format!("ses_{:04}", (i * 7_919) % 1_050);
                 append_unowned(tx, &session, T0, Event::SessionCreated { title: "t".into(), directory: "/".into() })?;
+                let exe = format!("exe_{:04}", (i * 7_919) % 1_050);
                 tx.execute(
                     "INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
                      VALUES (?1, ?2, 'own_gone', 'ready', ?3, ?3)",
-                    rusqlite::params![format!("exe_{:04}", (i * 7_919) % 1_050), session, T0],
+                    rusqlite::params![exe, session, T0],
+                )?;
+                // Something the execution wrote, so that it needs reconciling.
+                tx.execute(
+                    "INSERT INTO event VALUES (?1, 1, 'inspector.action', '{\"action\":\"x\",\"execution_id\":\"x\"}', 'own_gone', ?2, 0, ?3)",
+                    rusqlite::params![session, exe, T0],
                 )?;
             }
             Ok(())
@@ -754,4 +760,32 @@ fn i14_a_row_that_fails_midway_rolls_back_alone_and_is_quarantined() {
         0
     );
     assert_eq!(count(conn, "SELECT count(*) FROM session_recovery"), 5);
+}
+
+#[test]
+fn r5_3_an_execution_that_wrote_nothing_is_discarded_not_reconciled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    // A wake's execution died right after acquiring its claim.
+    store
+        .write(|tx| {
+            append_unowned(
+                tx,
+                "ses_1",
+                T0,
+                Event::SessionCreated {
+                    title: "t".into(),
+                    directory: "/".into(),
+                },
+            )?;
+            claim::acquire(tx, "ses_1", "own_gone", T0, LEASE)
+        })
+        .unwrap();
+    let events_before = count(store.conn(), "SELECT count(*) FROM event");
+    let report = pass(store.conn_mut(), &params(), LATER).unwrap();
+    assert_eq!((report.discarded_empty, report.recovered.len()), (1, 0));
+    let conn = store.conn();
+    assert_eq!(count(conn, "SELECT count(*) FROM session_execution"), 0);
+    assert_eq!(count(conn, "SELECT count(*) FROM event"), events_before);
+    assert_eq!(count(conn, "SELECT count(*) FROM session_recovery"), 0);
 }

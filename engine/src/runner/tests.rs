@@ -67,7 +67,11 @@ async fn claim_of(engine: &Engine, session: &str) -> Option<claim::ClaimRow> {
 }
 
 async fn doctor_ok(engine: &Engine) {
-    let report = engine.db().read(|c| doctor::check(c, i64::MAX / 2)).await.unwrap();
+    let report = engine
+        .db()
+        .read(|c| doctor::check(c, i64::MAX / 2))
+        .await
+        .unwrap();
     assert!(report.ok, "{report:?}");
 }
 

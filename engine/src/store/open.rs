@@ -127,7 +127,10 @@ fn file_uri(path: &Path, immutable: bool) -> String {
 }
 
 /// The header check: magic string, page size, and a file at least as long as the
-/// header says (a truncated copy or a half-written download fails here).
+/// header says (a truncated copy or a half-written download fails here). With a
+/// write-ahead log beside it, a shorter file is normal — a checkpoint may have copied
+/// page 1 before the pages that grow the file — so the length is only held to the
+/// header when there is no log.
 fn check_header(path: &Path, len: u64) -> Result<()> {
     let mut header = [0u8; 100];
     let read = File::open(path)
@@ -150,7 +153,9 @@ fn check_header(path: &Path, len: u64) -> Result<()> {
         header[28], header[29], header[30], header[31],
     ]));
     let counter_valid = header[24..28] == header[92..96];
-    if !len.is_multiple_of(page_size) || (counter_valid && pages > 0 && len < pages * page_size) {
+    let has_log = std::fs::metadata(sidecar(path, "-wal")).is_ok_and(|m| m.len() > 0);
+    let short = counter_valid && pages > 0 && len < pages * page_size;
+    if !len.is_multiple_of(page_size) || (short && !has_log) {
         return Err(refuse(
             path,
             format!(

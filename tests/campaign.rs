@@ -1,0 +1,557 @@
+//! The fault campaign: the real binary, built with `failpoints`, aborted at each named
+//! failpoint in turn (and at its 1st, 2nd, 3rd hit where it sits in a loop) during a
+//! scripted workload with tool calls, streamed text, a compaction and a cancellation;
+//! then relaunched. After every fault: the invariant checker (`doctor`) passes, no
+//! tool call ran twice (its side-effect file), and every prompt is in the transcript
+//! exactly once. A summary line counts faults injected and checks made; it is also
+//! written to `target/campaign-summary.txt`.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::recovery::events_of;
+use crate::support::{Env, code, helper_bin, signal, stderr, stdout};
+
+/// Entry k answers the k-th assistant message of the session.
+pub(crate) const SCRIPT: &str = r#"
+[[step]]
+text = ["Looking ", "at ", "it."]
+delay_ms = 60
+tool_calls = [{ tool = "run_command", input = { command = "echo k0 >> ../effects.txt" } }]
+[[step]]
+text = ["Ran ", "it."]
+delay_ms = 20
+tool_calls = [{ tool = "run_command", input = { command = "echo k1 >> ../effects.txt" } }]
+[[step]]
+text = ["Done ", "with ", "that."]
+delay_ms = 20
+[[step]]
+text = ["Second."]
+tool_calls = [{ tool = "run_command", input = { command = "echo k3 >> ../effects.txt" } }]
+[[step]]
+text = ["Done ", "again."]
+[[step]]
+text = ["A ", "long ", "answer ", "that ", "will ", "be ", "cancelled ", "before ", "it ", "ends ", "at ", "all."]
+delay_ms = 150
+[[step]]
+text = ["Carrying on."]
+"#;
+
+/// Small enough that the workload compacts (at rest, before the second prompt).
+const CONFIG: &str = "[compaction]\ntoken_budget = 100\n";
+
+const PROMPTS: [&str; 3] = ["first prompt", "second prompt", "third prompt"];
+
+/// Failpoints a workload passes through, in roughly the order it meets them.
+const WORKLOAD_POINTS: &[&str] = &[
+    "migrate.after_apply",
+    "input.after_admit",
+    "claim.after_acquire",
+    "runner.after_promote",
+    "runner.before_provider_dispatch",
+    "runner.after_provider_dispatch",
+    "runner.after_text_commit",
+    "runner.after_tool_called",
+    "runner.after_tool_dispatch",
+    "runner.after_tool_completed",
+    "runner.before_clear",
+    "compaction.before_ended",
+    "cancel.before_commit",
+];
+
+/// Failpoints of a recovery pass and its wakes, met while recovering a fixture.
+const RECOVERY_POINTS: &[&str] = &[
+    "recovery.after_takeover",
+    "recovery.between_batches",
+    "recovery.after_commit",
+    "wake.after_promote",
+];
+
+/// Hits tried per failpoint.
+const MAX_HITS: usize = 3;
+
+#[derive(Default)]
+pub(crate) struct Tally {
+    /// Faults injected per failpoint (or per kind of fault).
+    per_point: BTreeMap<String, usize>,
+    faults: usize,
+    checks: usize,
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    pub(crate) fn check(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
+        self.checks += 1;
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed.push(format!("{what}: {}", detail()));
+        }
+    }
+
+    fn summary(&self, name: &str) -> String {
+        format!(
+            "{name}: {} faults injected, {} checks: {} passed, {} failed",
+            self.faults,
+            self.checks,
+            self.passed,
+            self.failed.len()
+        )
+    }
+
+    pub(crate) fn fault(&mut self, point: &str) {
+        self.faults += 1;
+        *self.per_point.entry(point.to_string()).or_default() += 1;
+    }
+
+    pub(crate) fn finish(self, name: &str) {
+        let line = self.summary(name);
+        for (point, n) in &self.per_point {
+            eprintln!("  {point}: {n} fault{}", if *n == 1 { "" } else { "s" });
+        }
+        eprintln!("{line}");
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/campaign-summary.txt");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{name}:")))
+            .collect();
+        let mut out = kept.join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&line);
+        out.push('\n');
+        let _ = std::fs::write(&path, out);
+        assert!(self.failed.is_empty(), "{line}\n{}", self.failed.join("\n"));
+    }
+}
+
+/// One data directory and its workload.
+pub(crate) struct Scenario {
+    pub(crate) env: Env,
+    pub(crate) work: String,
+    script: String,
+    pub(crate) config: String,
+    pub(crate) label: String,
+}
+
+/// How a step of the workload ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Finished(i32),
+    Aborted,
+}
+
+pub(crate) fn ended(output: &Output) -> Step {
+    if output.status.signal() == Some(6) || stderr(output).contains("failpoint") {
+        Step::Aborted
+    } else {
+        Step::Finished(code(output))
+    }
+}
+
+impl Scenario {
+    pub(crate) fn new(label: String, script: &str) -> Scenario {
+        let env = Env::new();
+        let work = env.root.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let script_path = env.root.path().join("script.toml");
+        std::fs::write(&script_path, script).unwrap();
+        let config = env.root.path().join("config.toml");
+        std::fs::write(&config, CONFIG).unwrap();
+        Scenario {
+            work: work.to_string_lossy().into_owned(),
+            script: script_path.to_string_lossy().into_owned(),
+            config: config.to_string_lossy().into_owned(),
+            env,
+            label,
+        }
+    }
+
+    pub(crate) fn steward(&self, failpoints: Option<&str>) -> Command {
+        let mut cmd = self.env.cmd();
+        cmd.args(["--config", &self.config, "--script", &self.script]);
+        match failpoints {
+            Some(f) => cmd.env("FAILPOINTS", f),
+            None => cmd.env_remove("FAILPOINTS"),
+        };
+        cmd
+    }
+
+    pub(crate) fn session(&self) -> Option<String> {
+        let output = self
+            .steward(None)
+            .args(["sessions", "--json"])
+            .output()
+            .unwrap();
+        let list: Value = serde_json::from_str(&stdout(&output)).ok()?;
+        list.get(0)?.get("id")?.as_str().map(str::to_string)
+    }
+
+    /// Runs the workload, with `fault` = (step, failpoint spec) applied to that step's
+    /// process only, until a step aborts; returns the aborted step, if any.
+    fn workload(&self, fault: Option<(usize, &str)>) -> Option<usize> {
+        for (i, prompt) in PROMPTS.iter().enumerate() {
+            let failpoints = fault.filter(|(step, _)| *step == i).map(|(_, spec)| spec);
+            let mut cmd = self.steward(failpoints);
+            cmd.args(["run", "--yes"]);
+            if i == 0 {
+                cmd.args(["--dir", &self.work]);
+            } else {
+                let session = self.session()?;
+                cmd.args(["--session", &session]);
+            }
+            cmd.arg(prompt);
+            let step = if i == 2 {
+                self.cancelled(cmd)
+            } else {
+                ended(&cmd.output().unwrap())
+            };
+            if step == Step::Aborted {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Writes `config` as this scenario's config file.
+    pub(crate) fn set_config(&self, config: &str) {
+        std::fs::write(&self.config, config).unwrap();
+    }
+
+    /// Runs `cmd`, and interrupts it (SIGINT) once it streams its answer.
+    fn cancelled(&self, mut cmd: Command) -> Step {
+        let texts = || {
+            events_of(&self.env)
+                .iter()
+                .filter(|t| *t == "step.text")
+                .count()
+        };
+        let before = texts();
+        let mut child: Child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if texts() > before {
+                signal(child.id(), "INT");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ended(&child.wait_with_output().unwrap())
+    }
+
+    /// Relaunches (no failpoints): recovery, wakes, continuations run to the end.
+    fn relaunch(&self) -> Output {
+        self.steward(None)
+            .args(["recover", "--json"])
+            .output()
+            .unwrap()
+    }
+
+    /// Everything that must hold after a fault and a relaunch.
+    pub(crate) fn check(&self, tally: &mut Tally, expected_prompts: &[(&str, bool)]) {
+        let label = &self.label;
+        let relaunch = self.relaunch();
+        tally.check(&format!("{label}: relaunch"), code(&relaunch) == 0, || {
+            stderr(&relaunch)
+        });
+        let doctor = self
+            .steward(None)
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_str(&stdout(&doctor)).unwrap_or(Value::Null);
+        let rules = report["rules_checked"].as_u64().unwrap_or(0) as usize;
+        tally.checks += rules.saturating_sub(1);
+        tally.passed += if report["ok"] == true {
+            rules.saturating_sub(1)
+        } else {
+            0
+        };
+        tally.check(
+            &format!("{label}: invariants"),
+            report["ok"] == true,
+            || report.to_string(),
+        );
+        let effects =
+            std::fs::read_to_string(self.env.root.path().join("effects.txt")).unwrap_or_default();
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for line in effects.lines() {
+            *seen.entry(line).or_default() += 1;
+        }
+        tally.check(
+            &format!("{label}: each tool call ran at most once"),
+            seen.values().all(|n| *n == 1),
+            || format!("{seen:?}"),
+        );
+        let inspect = self
+            .steward(None)
+            .args(["inspect", "--json"])
+            .output()
+            .unwrap();
+        let snapshot: Value = serde_json::from_str(&stdout(&inspect)).unwrap_or(Value::Null);
+        tally.check(
+            &format!("{label}: no claim or wake left"),
+            snapshot["claims"] == Value::Array(vec![]) && snapshot["wakes"] == Value::Array(vec![]),
+            || snapshot.to_string(),
+        );
+        let users = self.user_texts();
+        for (prompt, must) in expected_prompts {
+            let n = users.iter().filter(|t| t == prompt).count();
+            let ok = if *must { n == 1 } else { n <= 1 };
+            tally.check(
+                &format!("{label}: prompt {prompt:?} present once"),
+                ok,
+                || format!("{n} times in {users:?}"),
+            );
+        }
+    }
+
+    pub(crate) fn user_texts(&self) -> Vec<String> {
+        let Some(session) = self.session() else {
+            return Vec::new();
+        };
+        let output = self
+            .steward(None)
+            .args(["show", &session, "--json"])
+            .output()
+            .unwrap();
+        let shown: Value = serde_json::from_str(&stdout(&output)).unwrap_or(Value::Null);
+        shown["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .filter(|m| m["type"] == "user")
+                    .filter_map(|m| m["data"]["text"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// `point` aborting at its `hit`-th evaluation in a process (tikv `fail` syntax).
+fn failpoint_spec(point: &str, hit: usize) -> String {
+    if hit == 1 {
+        format!("{point}=return")
+    } else {
+        format!("{point}={}*off->return", hit - 1)
+    }
+}
+
+/// Failpoints that abort before a step's prompt is admitted.
+fn before_admission(point: &str) -> bool {
+    matches!(point, "migrate.after_apply")
+}
+
+#[test]
+fn campaign_aborts_at_every_failpoint_and_everything_holds_after_relaunch() {
+    let mut tally = Tally::default();
+    // The workload without faults is the baseline every scenario is held to.
+    let baseline = Scenario::new("baseline".into(), SCRIPT);
+    assert_eq!(baseline.workload(None), None);
+    let kinds = events_of(&baseline.env);
+    for kind in ["compaction.ended", "step.interrupted", "tool.completed"] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "the workload never produced {kind}: {kinds:?}"
+        );
+    }
+    baseline.check(&mut tally, &PROMPTS.map(|p| (p, true)));
+
+    // Each point at its 1st, 2nd, 3rd hit within each step's process.
+    for point in WORKLOAD_POINTS {
+        let mut hit_anywhere = false;
+        for step in 0..PROMPTS.len() {
+            for hit in 1..=MAX_HITS {
+                let scenario = Scenario::new(format!("{point}@{step}#{hit}"), SCRIPT);
+                let spec = failpoint_spec(point, hit);
+                let Some(aborted) = scenario.workload(Some((step, &spec))) else {
+                    break;
+                };
+                hit_anywhere = true;
+                tally.fault(point);
+                let expected: Vec<(&str, bool)> = PROMPTS
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i <= aborted)
+                    .map(|(i, p)| (*p, i < aborted || !before_admission(point)))
+                    .collect();
+                scenario.check(&mut tally, &expected);
+            }
+        }
+        tally.check(
+            &format!("{point}: hit by the workload"),
+            hit_anywhere,
+            || "never hit".into(),
+        );
+    }
+
+    for point in RECOVERY_POINTS {
+        for hit in 1..=MAX_HITS {
+            let scenario = Scenario::new(
+                format!("{point}#{hit}"),
+                "[[step]]\ntext = [\"Carrying on.\"]\n",
+            );
+            std::fs::create_dir_all(&scenario.env.data).unwrap();
+            let fixture = Command::new(helper_bin())
+                .args([
+                    "interrupted",
+                    scenario.env.data.to_str().unwrap(),
+                    "150",
+                    &scenario.work,
+                ])
+                .env_remove("FAILPOINTS")
+                .output()
+                .unwrap();
+            assert!(fixture.status.success(), "{}", stderr(&fixture));
+            let spec = failpoint_spec(point, hit);
+            let first = scenario
+                .steward(Some(&spec))
+                .args(["recover", "--json"])
+                .output()
+                .unwrap();
+            if ended(&first) != Step::Aborted {
+                tally.check(&format!("{point}: hit at least once"), hit > 1, || {
+                    stderr(&first)
+                });
+                break;
+            }
+            tally.fault(point);
+            scenario.check(&mut tally, &[]);
+            let conn = rusqlite::Connection::open(scenario.env.db()).unwrap();
+            let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+            tally.check(
+                &format!("{point}#{hit}: no execution recovered twice"),
+                count(
+                    "SELECT count(*) FROM (SELECT json_extract(data, '$.execution_id') AS e FROM event
+                     WHERE type = 'step.recovered' GROUP BY e HAVING count(*) > 1)",
+                ) == 0,
+                || "an execution was reconciled twice".into(),
+            );
+            tally.check(
+                &format!("{point}#{hit}: every fixture execution recovered"),
+                count("SELECT count(*) FROM session_recovery") >= 150,
+                || "fewer recoveries than interrupted executions".into(),
+            );
+            tally.check(
+                &format!("{point}#{hit}: every continuation promoted exactly once"),
+                count("SELECT count(*) FROM session_input WHERE promoted_seq IS NULL") == 0
+                    && count("SELECT count(*) FROM session_recovery")
+                        == count("SELECT count(*) FROM session_message WHERE data LIKE '%\"kind\":\"continuation\"%'"),
+                || "a continuation is pending or doubled".into(),
+            );
+            tally.check(
+                &format!("{point}#{hit}: every session ends answered"),
+                count(
+                    "SELECT count(*) FROM session s WHERE (SELECT type FROM session_message m
+                     WHERE m.session_id = s.id ORDER BY seq DESC LIMIT 1) IS NOT 'assistant'",
+                ) == 0,
+                || "a session does not end with an answer".into(),
+            );
+        }
+    }
+    tally.finish("campaign");
+}
+
+/// A small, seedable generator (xorshift64*), so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("STEWARD_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::UNIX_EPOCH
+                .elapsed()
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        })
+}
+
+#[test]
+fn campaign_random_sigkill_torture() {
+    let seed = seed();
+    let runs: usize = std::env::var("STEWARD_TORTURE_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let mut rng = Rng(seed);
+    let mut tally = Tally::default();
+    for run in 0..runs {
+        let scenario = Scenario::new(format!("seed {seed} run {run}"), SCRIPT);
+        // Two prompts: kill the process running one of them at a random instant.
+        let victim = rng.below(2) as usize;
+        let delay = Duration::from_millis(rng.below(900));
+        let mut session: Option<String> = None;
+        for (i, prompt) in PROMPTS[..2].iter().enumerate() {
+            let mut cmd = scenario.steward(None);
+            cmd.args(["run", "--yes"]);
+            match &session {
+                None => cmd.args(["--dir", scenario.work.as_str()]),
+                Some(id) => cmd.args(["--session", id.as_str()]),
+            };
+            let mut child = cmd
+                .arg(prompt)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            if i == victim {
+                std::thread::sleep(delay);
+                signal(child.id(), "KILL");
+                tally.fault("sigkill");
+                child.wait().unwrap();
+                break;
+            }
+            child.wait().unwrap();
+            session = scenario.session();
+        }
+        scenario.check(&mut tally, &[]);
+        let conn = rusqlite::Connection::open(scenario.env.db()).unwrap();
+        let admitted: Vec<String> = conn
+            .prepare("SELECT prompt FROM session_input WHERE id NOT LIKE 'inp_rec_%' ORDER BY admitted_seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let users = scenario.user_texts();
+        tally.check(
+            &format!(
+                "{}: every admitted prompt is in the transcript once",
+                scenario.label
+            ),
+            users == admitted,
+            || format!("admitted {admitted:?}, transcript {users:?}"),
+        );
+    }
+    tally.finish("torture");
+}

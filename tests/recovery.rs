@@ -318,3 +318,81 @@ fn r5_8_a_parked_wake_is_continued_by_steward_wake_and_a_discarded_one_never_run
         stderr(&output)
     );
 }
+
+#[test]
+fn r5_3_a_crash_after_promoting_the_next_input_leaves_the_finished_answer_alone() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "two.toml",
+        r#"
+        [[step]]
+        text = ["A ", "complete ", "first ", "answer."]
+        delay_ms = 150
+        [[step]]
+        text = ["Answering the late prompt."]
+    "#,
+    );
+    let mut child = env
+        .cmd()
+        .args(["--script", &script, "run", "--dir", &work, "first prompt"])
+        .env("FAILPOINTS", "runner.after_promote=1*off->return")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || events_of(&env)
+        .contains(&"step.text".to_string())));
+    // Another process queues a prompt while the first answer streams.
+    let session = only_session(&env);
+    let admitted = std::process::Command::new(crate::support::helper_bin())
+        .args(["admit", env.data.to_str().unwrap(), &session, "late prompt"])
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(admitted.status.success(), "{}", stderr(&admitted));
+    // The run finishes its answer, promotes the late prompt, and dies right there.
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let report = recover_json(&env, &script);
+    assert_eq!(
+        report["recovered"][0]["assistant_message_id"],
+        Value::Null,
+        "{report}"
+    );
+    let shown = show(&env, &session);
+    let messages = shown["messages"].as_array().unwrap();
+    let first = &messages[1]["data"];
+    assert_eq!(
+        first["finish"], "stop",
+        "a finished answer was rewritten: {first}"
+    );
+    assert_eq!(first["error"], Value::Null);
+    let kinds: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}",
+                m["type"].as_str().unwrap(),
+                m["data"]["kind"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "user:",
+            "assistant:",
+            "user:",
+            "synthetic:recovery",
+            "synthetic:continuation",
+            "assistant:"
+        ]
+    );
+    assert_eq!(messages[3]["data"]["text"], INTERRUPTED);
+    assert_eq!(
+        messages[5]["data"]["parts"][0]["text"],
+        "Answering the late prompt."
+    );
+}

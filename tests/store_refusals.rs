@@ -295,3 +295,40 @@ fn r2_2_an_abort_after_a_migration_resumes_and_records_each_once() {
         .unwrap();
     assert_eq!(notes, vec!["from 9002", "from 9003"]);
 }
+
+#[test]
+fn an_unknown_config_key_is_an_error_that_names_it() {
+    let env = Env::new();
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[tools]\nallow = []\ntimeout = 5\n").unwrap();
+    let output = env
+        .cmd()
+        .arg("--config")
+        .arg(&config)
+        .arg("doctor")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1);
+    let err = stderr(&output);
+    assert!(
+        err.contains("unknown field `timeout`") && err.contains("config.toml"),
+        "{err}"
+    );
+    assert!(
+        !env.data.exists(),
+        "a bad config still touched the data directory"
+    );
+    let missing = env
+        .cmd()
+        .arg("--config")
+        .arg(env.root.path().join("nope.toml"))
+        .arg("doctor")
+        .output()
+        .unwrap();
+    assert_eq!(code(&missing), 1);
+    assert!(
+        stderr(&missing).contains("nope.toml"),
+        "{}",
+        stderr(&missing)
+    );
+}

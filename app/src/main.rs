@@ -102,8 +102,9 @@ enum Command {
         /// The execution id (`exe_…`).
         execution_id: String,
     },
-    /// Check integrity, schema version, and that every projection equals a replay of
-    /// its event log. Never recovers or runs anything.
+    /// Check integrity, schema version, that every projection equals a replay of its
+    /// event log, and every invariant (claims, open tools, inputs, recoveries, epochs).
+    /// Never recovers or runs anything.
     Doctor {
         /// Print one JSON object.
         #[arg(long)]

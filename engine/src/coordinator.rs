@@ -5,7 +5,10 @@
 //! after the cancellation has committed.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +47,8 @@ pub trait ExpiredClaims: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 struct Slot {
     cancel: CancellationToken,
-    rerun: bool,
+    /// Wakes that rang while the execution ran, coalesced into one scope.
+    rerun: Option<Scope>,
     done: watch::Sender<Option<SessionOutcome>>,
 }
 
@@ -94,7 +98,10 @@ impl Coordinator {
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = slots.get_mut(session_id) {
-            slot.rerun = true;
+            slot.rerun = Some(match slot.rerun.take() {
+                Some(earlier) => earlier.merge(scope),
+                None => scope,
+            });
             return Wake::Rang;
         }
         let cancel = CancellationToken::new();
@@ -103,7 +110,7 @@ impl Coordinator {
             session_id.to_string(),
             Slot {
                 cancel: cancel.clone(),
-                rerun: false,
+                rerun: None,
                 done,
             },
         );
@@ -196,13 +203,16 @@ async fn run_session(
         let Some(slot) = slots.get_mut(&session_id) else {
             return;
         };
-        let retry = slot.rerun && matches!(outcome, SessionOutcome::Ran(_));
-        if retry {
-            // A wake arrived while this execution ran or was cancelled: run again.
-            slot.rerun = false;
+        let rerun = slot
+            .rerun
+            .take()
+            .filter(|_| matches!(outcome, SessionOutcome::Ran(_)));
+        if let Some(next) = rerun {
+            // A wake arrived while this execution ran or was cancelled: run again,
+            // with what those wakes asked for.
             slot.cancel = CancellationToken::new();
             cancel = slot.cancel.clone();
-            scope = Scope::Queued;
+            scope = next;
             continue;
         }
         let slot = slots.remove(&session_id).expect("slot present");
@@ -224,16 +234,18 @@ async fn run_once(
         let acquired_at = services.clock.monotonic();
         let now = services.clock.now_ms();
         let (session, owner) = (session_id.to_string(), inner.owner_id.clone());
-        let continuation = match &scope {
-            Scope::Continuation { input_id } => Some(input_id.clone()),
-            Scope::Queued => None,
+        let continuations = match &scope {
+            Scope::Continuations(ids) => ids.clone(),
+            Scope::Queued => Vec::new(),
         };
         let result = services
             .db
             .write(move |tx| {
                 let acquired = claim::acquire(tx, &session, &owner, now, lease_ms)?;
-                if let (Acquire::Acquired(_), Some(input_id)) = (&acquired, &continuation) {
-                    crate::recovery::wakes::count_attempt(tx, input_id)?;
+                if let Acquire::Acquired(_) = &acquired {
+                    for input_id in &continuations {
+                        crate::recovery::wakes::count_attempt(tx, input_id)?;
+                    }
                 }
                 Ok(acquired)
             })
@@ -295,7 +307,21 @@ async fn run_once(
     });
     tracing::info!(session = session_id, execution = %claim.execution_id, "execution started");
     let execution = Execution::new(services.clone(), claim, session, fence, cancel, lost);
-    let outcome = execution.run(scope).await;
+    // A panic in provider or tool code must not leave the claim renewed forever or
+    // the session's slot occupied: it ends the execution like a store failure, and
+    // recovery reconciles the claim once it expires.
+    let outcome = match AssertUnwindSafe(execution.run(scope)).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(session = session_id, panic = %what, "the execution panicked");
+            Outcome::Error(format!("the execution panicked: {what}"))
+        }
+    };
     heartbeat.stop().await;
     tracing::info!(session = session_id, ?outcome, "execution ended");
     SessionOutcome::Ran(outcome)

@@ -190,9 +190,7 @@ impl Engine {
         for candidate in &candidates {
             self.wake(
                 &candidate.session_id,
-                Scope::Continuation {
-                    input_id: candidate.input_id.clone(),
-                },
+                Scope::continuation(candidate.input_id.clone()),
             );
             if !sessions.contains(&candidate.session_id) {
                 sessions.push(candidate.session_id.clone());

@@ -379,11 +379,13 @@ impl Fold<'_> {
 
     fn promote(&mut self, input_id: &str, message_id: &str) -> FoldResult {
         let seq = self.e.seq;
+        let session_id = &self.e.session_id;
         let input = self
             .p
             .inputs
             .get_mut(input_id)
-            .ok_or_else(|| format!("input {input_id} is not in this session"))?;
+            .filter(|i| &i.session_id == session_id)
+            .ok_or_else(|| format!("input {input_id} is not in session {session_id}"))?;
         if !input.is_pending() {
             return Err(format!("input {input_id} was already promoted"));
         }

@@ -16,6 +16,7 @@ pub mod wakes;
 
 pub use wakes::{WAKE_ATTEMPTS_MAX, WakeCandidate, WakeReport, recovery_wakes};
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use rusqlite::types::Value;
@@ -167,9 +168,13 @@ pub fn recover_batch(
     cursor: &mut Cursor,
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let (batch, outcomes) = match attempt(conn, p, now_ms, cursor, Isolation::Batch)? {
+    // Processes stopped in a rolled-back attempt stay stopped: remember them, so the
+    // attempt that commits still reports them.
+    let mut stopped = HashMap::new();
+    let (batch, outcomes) = match attempt(conn, p, now_ms, cursor, Isolation::Batch, &mut stopped)?
+    {
         Some(done) => done,
-        None => attempt(conn, p, now_ms, cursor, Isolation::PerRow)?
+        None => attempt(conn, p, now_ms, cursor, Isolation::PerRow, &mut stopped)?
             .expect("a per-row attempt always completes"),
     };
     report.scanned += batch.len();
@@ -200,6 +205,7 @@ fn attempt(
     now_ms: i64,
     cursor: &Cursor,
     isolation: Isolation,
+    stopped: &mut HashMap<String, Vec<StoppedProcess>>,
 ) -> Result<Option<(Vec<ClaimRow>, Vec<RowOutcome>)>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let batch = scan(&tx, p, now_ms, cursor)?;
@@ -208,7 +214,7 @@ fn attempt(
         if isolation == Isolation::PerRow {
             tx.prepare_cached("SAVEPOINT recovery_row")?.execute([])?;
         }
-        match recover_row(&tx, row, p, now_ms) {
+        match recover_row(&tx, row, p, now_ms, stopped) {
             Ok(outcome) => {
                 if isolation == Isolation::PerRow {
                     tx.prepare_cached("RELEASE recovery_row")?.execute([])?;
@@ -301,7 +307,16 @@ fn recover_row(
     row: &ClaimRow,
     p: &Params,
     now_ms: i64,
+    stopped: &mut HashMap<String, Vec<StoppedProcess>>,
 ) -> Result<RowOutcome> {
+    // A claim beyond a lease ahead (the clock went back) of an owner that provably
+    // lives is a live lease: its next heartbeat brings it back in line.
+    let far_ahead = row
+        .expires_at()
+        .is_some_and(|at| at > now_ms + p.lease_ms + p.slack_ms);
+    if far_ahead && owner_lives(tx, &row.owner_id)? {
+        return Ok(RowOutcome::Skipped);
+    }
     let Some(claim) = claim::takeover(tx, row, &p.owner_id, now_ms, p.lease_ms, p.slack_ms)? else {
         return Ok(RowOutcome::Skipped);
     };
@@ -324,7 +339,11 @@ fn recover_row(
             Ok(RowOutcome::Superseded)
         }
         Ok(Decoded::Reconcile { phase, assistant }) => {
-            reconcile(tx, &claim, phase, assistant, now_ms).map(RowOutcome::Recovered)
+            let stopped = stopped
+                .entry(claim.execution_id.clone())
+                .or_insert_with(|| stop_leftover_processes(assistant.as_deref()))
+                .clone();
+            reconcile(tx, &claim, phase, assistant, stopped, now_ms).map(RowOutcome::Recovered)
         }
     }
 }
@@ -410,9 +429,9 @@ fn reconcile(
     claim: &Claim,
     phase: Phase,
     assistant: Option<Box<crate::projection::MessageRow>>,
+    stopped: Vec<StoppedProcess>,
     now_ms: i64,
 ) -> Result<Recovered> {
-    let stopped = stop_leftover_processes(assistant.as_deref());
     let execution_id = claim.execution_id.clone();
     let continuation = ids::continuation_input(&execution_id);
     let parked = consecutive_recoveries(tx, &claim.session_id)? + 1 >= CRASH_LOOP_LIMIT;
@@ -464,6 +483,11 @@ fn reconcile(
         stopped_processes: stopped,
         parked,
     })
+}
+
+/// Whether `owner_id` is provably alive: on this host, holding its lock.
+fn owner_lives(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
+    Ok(owner::get(tx, owner_id)?.is_some_and(|o| owner::probe(&o) == Liveness::Alive))
 }
 
 /// Whether any event of the session was written by this execution.
@@ -555,14 +579,15 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The earliest expiry among live claims of other owners (for the recovery timer).
-pub fn earliest_foreign_expiry(conn: &Connection, me: &str) -> Result<Option<i64>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT MIN(expires_at) FROM session_execution
-             WHERE owner_id != ?1 AND recovery_error IS NULL AND typeof(expires_at) = 'integer'",
-        )?
-        .query_row([me], |r| r.get(0))?)
+/// Every claim recovery may one day take: (session, owner, expires_at), for the
+/// recovery timer. Quarantined rows and non-integer expiries are left out.
+pub fn claim_expiries(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, owner_id, expires_at FROM session_execution
+         WHERE recovery_error IS NULL AND typeof(expires_at) = 'integer'",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]

@@ -218,12 +218,14 @@ impl Execution {
             return Err(Stop::Lost);
         }
         let claim = self.claim.clone();
-        let now = self.services.clock.now_ms();
+        let clock = self.services.clock.clone();
         let (out, records) = self
             .services
             .db
             .write(move |tx| {
-                let mut fenced = Fenced::check(tx, &claim, now)?;
+                // Read inside the job: the writer may have been busy, and the fence
+                // must be checked against the time of the write.
+                let mut fenced = Fenced::check(tx, &claim, clock.now_ms())?;
                 let out = f(&mut fenced)?;
                 Ok((out, fenced.take_appended()))
             })
@@ -237,16 +239,25 @@ impl Execution {
     /// The dispatch boundary (SPEC §4.5): the self-fence, then a fenced check in its
     /// own transaction; the caller sends right after, with no other await between.
     async fn dispatch_boundary(&self, change: Option<PhaseChange>) -> Flow<()> {
+        self.may_dispatch()?;
+        self.commit(move |f| match change {
+            Some(change) => f.change_phase(change).map(drop),
+            None => Ok(()),
+        })
+        .await?;
+        // The commit may have waited for the writer: look again before sending.
+        self.may_dispatch()
+    }
+
+    /// Neither cancelled nor lost, and within the owner's own deadline (SPEC §4.4a).
+    fn may_dispatch(&self) -> Flow<()> {
+        self.check_stop()?;
         if !self.fence.holds() {
             tracing::warn!(execution = %self.claim.execution_id, "self-fence expired: no dispatch");
             self.lost.cancel();
             return Err(Stop::Lost);
         }
-        self.commit(move |f| match change {
-            Some(change) => f.change_phase(change).map(drop),
-            None => Ok(()),
-        })
-        .await
+        Ok(())
     }
 
     async fn promote(&mut self, scope: &Scope) -> Flow<usize> {
@@ -264,13 +275,17 @@ impl Execution {
                 }
                 if !inputs.is_empty() {
                     f.change_phase(PhaseChange::WorkStarted)?;
+                    // The previous turn's assistant is finished: recovery must not
+                    // touch it if this execution dies before its next step starts.
+                    f.unset_assistant()?;
                 }
                 Ok(inputs.len())
             })
             .await?;
         if promoted > 0 {
+            self.current_message = None;
             crate::failpoint!("runner.after_promote");
-            if matches!(scope, Scope::Continuation { .. }) {
+            if matches!(scope, Scope::Continuations(_)) {
                 crate::failpoint!("wake.after_promote");
             }
         }

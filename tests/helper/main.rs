@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             session,
             lease_ms.parse().expect("lease"),
         ),
+        ["admit", data_dir, session, prompt] => admit(PathBuf::from(data_dir), session, prompt),
         ["interrupted", data_dir, count, dir] => {
             interrupted(PathBuf::from(data_dir), count.parse().expect("count"), dir)
         }
@@ -164,5 +165,25 @@ fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String>
             std::mem::forget(owner);
             Ok(())
         })
+        .map_err(|e| e.to_string())
+}
+
+/// Admits `prompt` (queued) into `session` as another process would, and exits
+/// without waking anything.
+fn admit(data_dir: PathBuf, session: &str, prompt: &str) -> Result<(), String> {
+    let clock = SystemClock::new();
+    let mut store = Store::open(&data_dir.join("steward.db"), &clock).map_err(|e| e.to_string())?;
+    let now = clock.now_ms();
+    store
+        .write(|tx| {
+            steward_engine::store::sessions::admit(
+                tx,
+                session,
+                prompt,
+                steward_engine::events::Delivery::Queue,
+                now,
+            )
+        })
+        .map(drop)
         .map_err(|e| e.to_string())
 }

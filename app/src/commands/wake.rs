@@ -46,7 +46,7 @@ async fn act(
                 .db()
                 .write(move |tx| inspector::rearm_wake(tx, &id, now))
                 .await?;
-            engine.wake(&session, Scope::Continuation { input_id });
+            engine.wake(&session, Scope::continuation(input_id));
             session
         }
         inspector::Target::QuarantinedClaim(_) => {

@@ -13,11 +13,19 @@ use crate::clock::SharedClock;
 use crate::db::Db;
 use crate::error::Error;
 
-/// A running heartbeat. Dropping the handle does not stop it; call [`Heartbeat::stop`].
+/// A running heartbeat. [`Heartbeat::stop`] stops it and waits; dropping the handle
+/// (say, while unwinding from a panic) stops it too, so a claim whose execution is
+/// gone is never kept alive.
 #[derive(Debug)]
 pub struct Heartbeat {
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// What a heartbeat needs.
@@ -37,13 +45,18 @@ impl Heartbeat {
     pub fn spawn(p: HeartbeatParams) -> Heartbeat {
         let stop = CancellationToken::new();
         let task = tokio::spawn(run(p, stop.clone()));
-        Heartbeat { stop, task }
+        Heartbeat {
+            stop,
+            task: Some(task),
+        }
     }
 
     /// Stops renewing and waits for an in-flight renewal to finish.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 

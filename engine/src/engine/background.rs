@@ -86,16 +86,22 @@ impl Loop {
         }
     }
 
-    /// Until the earliest foreign claim expires — or the next owner-death probe while
-    /// other owners hold claims — or the fallback poll.
+    /// Until the earliest claim recovery may take expires — another owner's, or one of
+    /// this owner's whose execution is no longer running here — or the next
+    /// owner-death probe while such claims exist, or the fallback poll.
     async fn next_wait(&self) -> Duration {
-        let me = self.me.clone();
-        let earliest = self
+        let claims = self
             .db
-            .read(move |c| recovery::earliest_foreign_expiry(c, &me))
+            .read(recovery::claim_expiries)
             .await
-            .ok()
-            .flatten();
+            .unwrap_or_default();
+        let earliest = claims
+            .into_iter()
+            .filter(|(session, owner, _)| {
+                *owner != self.me || !self.coordinator.is_running(session)
+            })
+            .map(|(_, _, expires_at)| expires_at)
+            .min();
         match earliest {
             Some(at) => {
                 let until = u64::try_from(at - self.clock.now_ms()).unwrap_or(0);
@@ -110,12 +116,8 @@ impl Loop {
         if self.auto_continue {
             let (candidates, _) = self.db.with_conn(recovery::recovery_wakes).await?;
             for c in candidates {
-                self.coordinator.wake(
-                    &c.session_id,
-                    Scope::Continuation {
-                        input_id: c.input_id,
-                    },
-                );
+                self.coordinator
+                    .wake(&c.session_id, Scope::continuation(c.input_id));
             }
         }
         for session_id in self.db.read(sessions::with_pending_input_wakes).await? {

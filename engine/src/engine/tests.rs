@@ -444,3 +444,175 @@ async fn r4_10_a_clock_jump_backward_does_not_delay_recovery_of_a_dead_owner() {
     );
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i10_wakes_that_ring_a_running_execution_keep_their_scope() {
+    use crate::events::{Delivery, Event};
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![
+        Answer {
+            text: vec!["first".into()],
+            hold: true,
+            ..Answer::default()
+        },
+        Answer::text("continued"),
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "go", Delivery::Queue)
+        .await
+        .unwrap();
+    wait_until("the first step", async || provider.count() == 1).await;
+    // Meanwhile: an unrelated `admit` input, and a recovery wake for this session.
+    let note = engine
+        .admit(&session.id, "a note", Delivery::Admit)
+        .await
+        .unwrap();
+    let sid = session.id.clone();
+    let now = SystemClock::new().now_ms();
+    engine
+        .db()
+        .write(move |tx| {
+            crate::store::events::append_unowned(tx, &sid, now, Event::InputAdmitted {
+                input_id: "inp_rec_exe_earlier".into(),
+                prompt: crate::message::CONTINUATION_TEXT.into(),
+                delivery: Delivery::Queue,
+                wake_pending: false,
+                continuation_of: Some("exe_earlier".into()),
+            })?;
+            tx.execute(
+                "INSERT INTO session_recovery (execution_id, session_id, continuation_message_id, phase, time_created)
+                 VALUES ('exe_earlier', ?1, 'inp_rec_exe_earlier', 'ready', ?2)",
+                rusqlite::params![sid, now],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wake(
+            &session.id,
+            crate::store::sessions::Scope::continuation("inp_rec_exe_earlier")
+        ),
+        crate::coordinator::Wake::Rang
+    );
+    provider.release.notify_one();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(
+        pending(&engine, &session.id).await,
+        vec![note.id],
+        "the rerun promoted the note"
+    );
+    assert_eq!(
+        kinds(&engine, &session.id).await,
+        vec!["user", "assistant", "synthetic:continuation", "assistant"]
+    );
+    engine.shutdown().await.unwrap();
+}
+
+#[derive(Debug)]
+struct PanickingProvider;
+
+impl crate::provider::Provider for PanickingProvider {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+    fn model(&self) -> &str {
+        "none"
+    }
+    fn stream(
+        &self,
+        _request: crate::provider::ProviderRequest,
+    ) -> crate::provider::ProviderStream {
+        panic!("a provider bug")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_9_a_panicking_execution_stops_renewing_and_frees_its_session() {
+    use crate::events::Delivery;
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.lease.heartbeat_ms = Some(20);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        Arc::new(PanickingProvider),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "go", Delivery::Queue)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), engine.wait_idle(&session.id))
+        .await
+        .expect("the session stayed busy after the panic");
+    assert!(
+        matches!(&outcome, Some(SessionOutcome::Ran(Outcome::Error(m))) if m.contains("a provider bug")),
+        "{outcome:?}"
+    );
+    // The claim stays for recovery, and nobody renews it any more.
+    let sid = session.id.clone();
+    let expiry = || {
+        let sid = sid.clone();
+        let db = engine.db().clone();
+        async move {
+            db.read(move |c| Ok(crate::claim::for_session(c, &sid)?.and_then(|r| r.expires_at())))
+                .await
+                .unwrap()
+        }
+    };
+    let first = expiry().await.expect("the claim is left for recovery");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(expiry().await, Some(first), "a heartbeat kept renewing");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_1_the_timer_recovers_this_owners_own_abandoned_claims_too() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("continued")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        Config::default(),
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    // A claim of this very owner whose execution is gone (it failed), expiring soon.
+    let exe = crashed_db(&dir, "ses_1", Stage::Tools, 30_000 - 300);
+    let me = engine.owner_id().to_string();
+    engine
+        .db()
+        .write(move |tx| {
+            tx.execute(
+                "UPDATE session_execution SET owner_id = ?1 WHERE id = ?2",
+                [&me, &exe],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    engine.start_background();
+    wait_until("the continuation", async || provider.count() == 1).await;
+    engine.wait_idle("ses_1").await;
+    engine.shutdown().await.unwrap();
+}

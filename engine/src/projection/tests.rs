@@ -555,3 +555,28 @@ fn needs_names_every_stored_row_an_event_changes() {
         Needs::default()
     );
 }
+
+#[test]
+fn i15_an_input_of_another_session_is_never_promoted_here() {
+    let mut log = Log::new();
+    log.p.inputs.insert(
+        "inp_x".into(),
+        InputRow {
+            id: "inp_x".into(),
+            session_id: "ses_other".into(),
+            prompt: "elsewhere".into(),
+            delivery: Delivery::Queue,
+            admitted_seq: 0,
+            promoted_seq: None,
+            wake_pending: true,
+            time_created: 0,
+        },
+    );
+    let err = log
+        .try_push(Event::InputPromoted {
+            input_id: "inp_x".into(),
+            message_id: "msg_x".into(),
+        })
+        .unwrap_err();
+    assert!(err.reason.contains("not in session"), "{err}");
+}

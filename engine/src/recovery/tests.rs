@@ -789,3 +789,73 @@ fn r5_3_an_execution_that_wrote_nothing_is_discarded_not_reconciled() {
     assert_eq!(count(conn, "SELECT count(*) FROM event"), events_before);
     assert_eq!(count(conn, "SELECT count(*) FROM session_recovery"), 0);
 }
+
+#[test]
+fn i1_a_claim_ahead_by_more_than_a_lease_of_a_live_owner_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let owner = store
+        .write(|tx| crate::owner::Owner::register(tx, &dir.path().join("owners"), T0))
+        .unwrap();
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET owner_id = ?1 WHERE id = ?2",
+            [&owner.id, &exe],
+        )
+        .unwrap();
+    // Our clock went back an hour: the live owner's lease now lies far ahead.
+    let report = pass(store.conn_mut(), &params(), T0 - 3_600_000).unwrap();
+    assert_eq!(
+        (
+            report.recovered.len(),
+            report.quarantined.len(),
+            report.skipped_live
+        ),
+        (0, 0, 1)
+    );
+    assert_eq!(
+        count(
+            store.conn(),
+            "SELECT count(*) FROM session_execution WHERE recovery_error IS NULL"
+        ),
+        1
+    );
+    drop(owner);
+}
+
+#[test]
+fn i7_processes_stopped_in_a_rolled_back_attempt_are_still_reported() {
+    let mut leftover = std::process::Command::new("sleep");
+    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
+    let mut leftover = leftover.arg("300").spawn().unwrap();
+    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let with_process = interrupted(
+        &mut store,
+        "ses_a",
+        Stage::ToolsWithProcess(identity.clone()),
+        T0,
+    );
+    // A second row of the batch fails halfway, so the first attempt rolls back after
+    // the leftover group was already stopped.
+    let failing = interrupted(&mut store, "ses_b", Stage::Tools, T0 + 1);
+    store
+        .conn()
+        .execute(
+            "INSERT INTO session_input (id, session_id, prompt, delivery, admitted_seq, time_created)
+             VALUES (?1, 'ses_b', 'squatter', 'admit', 9999, 0)",
+            [ids::continuation_input(&failing)],
+        )
+        .unwrap();
+    let report = pass(store.conn_mut(), &params(), LATER + 10).unwrap();
+    let recovered = report
+        .recovered
+        .iter()
+        .find(|r| r.execution_id == with_process)
+        .unwrap();
+    assert_eq!(recovered.stopped_processes.len(), 1, "{report:?}");
+    assert!(!leftover.wait().unwrap().success());
+}

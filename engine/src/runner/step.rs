@@ -128,7 +128,7 @@ impl Execution {
                 calls,
                 text,
             } => {
-                let calls: Vec<(String, ToolCall)> = calls
+                let calls: Vec<(String, ToolCall)> = unique_call_ids(calls)
                     .into_iter()
                     .map(|c| (ids::new(ids::PART, now), c))
                     .collect();
@@ -312,5 +312,46 @@ impl Execution {
         stats.deltas += waiting.len() as u64;
         stats.text_commits += 1;
         stats.max_delta_wait = stats.max_delta_wait.max(first.elapsed());
+    }
+}
+
+/// A provider may repeat a call id (or send none); each call of a step needs its own.
+fn unique_call_ids(calls: Vec<ToolCall>) -> Vec<ToolCall> {
+    let mut seen = std::collections::BTreeSet::new();
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut call)| {
+            if call.call_id.is_empty() {
+                call.call_id = format!("call_{i}");
+            }
+            let base = call.call_id.clone();
+            let mut n = 1;
+            while !seen.insert(call.call_id.clone()) {
+                n += 1;
+                call.call_id = format!("{base}_{n}");
+            }
+            call
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn repeated_or_missing_call_ids_are_made_unique() {
+        let call = |id: &str| ToolCall {
+            call_id: id.into(),
+            tool: "t".into(),
+            input: serde_json::json!({}),
+        };
+        let ids: Vec<String> = unique_call_ids(vec![call("a"), call("a"), call(""), call("a_2")])
+            .into_iter()
+            .map(|c| c.call_id)
+            .collect();
+        assert_eq!(ids, vec!["a", "a_2", "call_2", "a_2_2"]);
     }
 }

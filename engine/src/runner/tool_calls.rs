@@ -76,10 +76,7 @@ impl Execution {
             directory: self.session.directory.clone().into(),
             config: tools.clone(),
         };
-        if !self.fence.holds() {
-            self.lost.cancel();
-            return Err(Stop::Lost);
-        }
+        self.may_dispatch()?;
         let prepared = match tool.prepare(&ctx, &call.input).await {
             Ok(prepared) => prepared,
             Err(error) => return Ok(Err(error)),
@@ -92,10 +89,7 @@ impl Execution {
             call.call_id.clone(),
             prepared.process.clone(),
         );
-        if !self.fence.holds() {
-            self.lost.cancel();
-            return Err(Stop::Lost);
-        }
+        self.may_dispatch()?;
         self.commit(move |f| {
             f.append(Event::ToolStarted {
                 message_id: id,
@@ -105,6 +99,8 @@ impl Execution {
             .map(drop)
         })
         .await?;
+        // The commit may have waited for the writer: look again before starting.
+        self.may_dispatch()?;
         crate::failpoint!("runner.after_tool_dispatch");
         let stop = StopSignals {
             cancel: self.cancel.clone(),

@@ -17,9 +17,32 @@ pub enum Scope {
     /// Every pending input in admitted order — `queue` and `admit` alike — except
     /// continuations whose recovery wake is parked or quarantined.
     Queued,
-    /// Only this continuation input: a recovery wake never promotes unrelated
+    /// Only these continuation inputs: a recovery wake never promotes unrelated
     /// pending inputs (invariant 10).
-    Continuation { input_id: String },
+    Continuations(Vec<String>),
+}
+
+impl Scope {
+    /// The scope of one recovery wake.
+    pub fn continuation(input_id: impl Into<String>) -> Scope {
+        Scope::Continuations(vec![input_id.into()])
+    }
+
+    /// Two wakes coalesced into one run: a queued wake promotes everything pending
+    /// anyway; recovery wakes alone promote only their continuations.
+    pub fn merge(self, other: Scope) -> Scope {
+        match (self, other) {
+            (Scope::Continuations(mut a), Scope::Continuations(b)) => {
+                for id in b {
+                    if !a.contains(&id) {
+                        a.push(id);
+                    }
+                }
+                Scope::Continuations(a)
+            }
+            _ => Scope::Queued,
+        }
+    }
 }
 
 /// Creates a session (`session.created`).
@@ -89,16 +112,21 @@ pub fn held_by_other(
 pub fn promotable(conn: &Connection, session_id: &str, scope: &Scope) -> Result<Vec<InputRow>> {
     let pending = rows::pending_inputs(conn, session_id)?;
     match scope {
-        Scope::Continuation { input_id } => {
-            Ok(pending.into_iter().filter(|i| &i.id == input_id).collect())
-        }
+        Scope::Continuations(ids) => Ok(pending
+            .into_iter()
+            .filter(|i| ids.contains(&i.id))
+            .collect()),
         Scope::Queued => {
             let mut out = Vec::new();
             for input in pending {
                 match ids::continuation_execution(&input.id) {
                     None => out.push(input),
+                    // A continuation runs when its recovery wake is due — or when it
+                    // carries a wake flag itself, so that nothing the clear check
+                    // waits for is left unpromoted.
                     Some(execution_id)
-                        if recovery_wake_is_awake(conn, execution_id, &input.id)? =>
+                        if input.wake_pending
+                            || recovery_wake_is_awake(conn, execution_id, &input.id)? =>
                     {
                         out.push(input)
                     }

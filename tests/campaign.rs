@@ -359,6 +359,18 @@ fn before_admission(point: &str) -> bool {
 
 #[test]
 fn campaign_aborts_at_every_failpoint_and_everything_holds_after_relaunch() {
+    let mut covered: Vec<&str> = WORKLOAD_POINTS
+        .iter()
+        .chain(RECOVERY_POINTS)
+        .copied()
+        .collect();
+    covered.sort();
+    let mut named = steward_engine::failpoint::NAMES.to_vec();
+    named.sort();
+    assert_eq!(
+        covered, named,
+        "the campaign must abort at every named failpoint"
+    );
     let mut tally = Tally::default();
     // The workload without faults is the baseline every scenario is held to.
     let baseline = Scenario::new("baseline".into(), SCRIPT);

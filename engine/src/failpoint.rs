@@ -79,3 +79,39 @@ impl std::fmt::Debug for Guard {
         f.write_str("failpoint::Guard")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Every `failpoint!("…")` in the engine's sources.
+    fn used() -> BTreeSet<String> {
+        fn walk(dir: &std::path::Path, out: &mut BTreeSet<String>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("failpoint.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for piece in text.split("failpoint!(\"").skip(1) {
+                        out.insert(piece.split('"').next().unwrap().to_string());
+                    }
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn every_named_failpoint_exists_in_the_code_and_no_other() {
+        let named: BTreeSet<String> = super::NAMES.iter().map(|s| s.to_string()).collect();
+        assert_eq!(used(), named);
+    }
+}

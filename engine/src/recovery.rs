@@ -298,6 +298,7 @@ enum Decoded {
     Superseded,
     Reconcile {
         phase: Phase,
+        session: Box<crate::projection::SessionRow>,
         assistant: Option<Box<crate::projection::MessageRow>>,
     },
 }
@@ -338,12 +339,19 @@ fn recover_row(
             claim::delete_exact(tx, &claim)?;
             Ok(RowOutcome::Superseded)
         }
-        Ok(Decoded::Reconcile { phase, assistant }) => {
+        Ok(Decoded::Reconcile {
+            phase,
+            session,
+            assistant,
+        }) => {
             let stopped = stopped
                 .entry(claim.execution_id.clone())
                 .or_insert_with(|| stop_leftover_processes(assistant.as_deref()))
                 .clone();
-            reconcile(tx, &claim, phase, assistant, stopped, now_ms).map(RowOutcome::Recovered)
+            let mut read = crate::projection::Projection::default();
+            read.session = Some(*session);
+            reconcile(tx, &claim, phase, assistant, read, stopped, now_ms)
+                .map(RowOutcome::Recovered)
         }
     }
 }
@@ -374,9 +382,9 @@ fn decode(
     if row.epoch().is_none() || claim::integer(&row.assistant_seq).is_none() {
         return Ok(Err("epoch or assistant_seq is not an integer".into()));
     }
-    if rows::session(tx, &row.session_id)?.is_none() {
+    let Some(session) = rows::session(tx, &row.session_id)? else {
         return Ok(Err(format!("session {} does not exist", row.session_id)));
-    }
+    };
     if phase == Phase::Safe {
         return Ok(Ok(Decoded::Safe));
     }
@@ -420,7 +428,11 @@ fn decode(
     if assistant.is_none() && !wrote_events(tx, &row.session_id, &row.id)? {
         return Ok(Ok(Decoded::Empty));
     }
-    Ok(Ok(Decoded::Reconcile { phase, assistant }))
+    Ok(Ok(Decoded::Reconcile {
+        phase,
+        session: Box::new(session),
+        assistant,
+    }))
 }
 
 /// The one-transaction reconciliation of SPEC §5.3 step 5.
@@ -429,6 +441,7 @@ fn reconcile(
     claim: &Claim,
     phase: Phase,
     assistant: Option<Box<crate::projection::MessageRow>>,
+    mut preloaded: crate::projection::Projection,
     stopped: Vec<StoppedProcess>,
     now_ms: i64,
 ) -> Result<Recovered> {
@@ -436,7 +449,6 @@ fn reconcile(
     let continuation = ids::continuation_input(&execution_id);
     let parked = consecutive_recoveries(tx, &claim.session_id)? + 1 >= CRASH_LOOP_LIMIT;
     let assistant_id = assistant.as_ref().map(|a| a.id.clone());
-    let mut preloaded = crate::projection::Projection::default();
     if let Some(a) = assistant {
         preloaded.messages.insert(a.id.clone(), *a);
     }

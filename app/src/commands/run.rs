@@ -112,6 +112,7 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
         json: args.json,
         session_id: session_id.clone(),
         mid_line: false,
+        shown_failure: false,
     };
     let mut interrupted = false;
     let outcome = {
@@ -173,7 +174,7 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
             "{}",
             json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": detail})
         );
-    } else if let Some(detail) = &detail {
+    } else if let Some(detail) = detail.as_ref().filter(|_| !printer.shown_failure) {
         eprintln!("steward: {detail}");
     } else if interrupted {
         eprintln!("steward: cancelled");
@@ -194,6 +195,8 @@ struct Printer {
     json: bool,
     session_id: String,
     mid_line: bool,
+    /// A failed step was already reported as it happened.
+    shown_failure: bool,
 }
 
 impl Printer {
@@ -229,6 +232,7 @@ impl Printer {
             Event::StepFailed { error, .. } => {
                 self.end_line();
                 eprintln!("steward: the step failed: {}", error.message);
+                self.shown_failure = true;
             }
             _ => {}
         }

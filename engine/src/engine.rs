@@ -6,13 +6,12 @@ mod background;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tokio::sync::broadcast;
 
 use crate::claim::ClaimRow;
 use crate::coordinator::ExpiredClaims;
-use crate::recovery::{self, Cursor, RecoveryReport, WakeReport};
+use crate::recovery::{self, RecoveryReport, WakeReport};
 use crate::tools::BoxFuture;
 
 use crate::clock::SharedClock;
@@ -72,38 +71,21 @@ impl Recoverer {
     /// is its own job on the writer, so heartbeats and commits interleave.
     pub async fn pass(&self) -> Result<RecoveryReport> {
         let _one_at_a_time = self.running.lock().await;
-        let started = Instant::now();
         let now = self.services.clock.now_ms();
         let db = &self.services.db;
-        let me = self.params.owner_id.clone();
-        let dead = db
-            .write(move |tx| recovery::expire_dead_owners(tx, &me, now))
+        let params = self.params.clone();
+        let mut pass = db
+            .with_conn(move |conn| recovery::Pass::begin(conn, params, now))
             .await?;
-        let mut report = RecoveryReport {
-            dead_owners: dead.iter().map(|o| o.id.clone()).collect(),
-            ..RecoveryReport::default()
-        };
-        let mut cursor = Cursor::default();
-        while !cursor.done {
-            let params = self.params.clone();
-            let (c, r) = (cursor, report);
-            (cursor, report) = db
+        while !pass.is_done() {
+            pass = db
                 .with_conn(move |conn| {
-                    let (mut c, mut r) = (c, r);
-                    recovery::recover_batch(conn, &params, now, &mut c, &mut r)?;
-                    Ok((c, r))
+                    pass.next_batch(conn)?;
+                    Ok(pass)
                 })
                 .await?;
-            if !cursor.done {
-                crate::failpoint!("recovery.between_batches");
-            }
         }
-        if !report.recovered.is_empty() {
-            crate::failpoint!("recovery.after_commit");
-        }
-        db.write(move |tx| recovery::forget_dead_owners(tx, &dead))
-            .await?;
-        report.duration_ms = started.elapsed().as_millis() as u64;
+        let report = db.with_conn(move |conn| pass.finish(conn)).await?;
         if report.scanned > 0 {
             tracing::info!(
                 recovered = report.recovered.len(),

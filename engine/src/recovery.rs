@@ -241,26 +241,77 @@ fn attempt(
     Ok(Some((batch, outcomes)))
 }
 
-/// A whole pass on one connection (tests, benchmarks, helpers). The engine runs the
-/// same batches as separate jobs so other writes interleave.
-pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryReport> {
-    let started = Instant::now();
-    let mut report = RecoveryReport::default();
-    let dead = crate::store::write(conn, |tx| expire_dead_owners(tx, &p.owner_id, now_ms))?;
-    report.dead_owners = dead.iter().map(|o| o.id.clone()).collect();
-    let mut cursor = Cursor::default();
-    while !cursor.done {
-        recover_batch(conn, p, now_ms, &mut cursor, &mut report)?;
-        if !cursor.done {
+/// One recovery pass, step by step: [`Pass::begin`] (the owner-death probe), then
+/// [`Pass::next_batch`] until [`Pass::is_done`], then [`Pass::finish`]. The engine runs
+/// each step as its own job on the writer, so heartbeats and commits interleave with
+/// a long pass; [`pass`] runs them all on one connection.
+#[derive(Debug)]
+pub struct Pass {
+    params: Params,
+    now_ms: i64,
+    started: Instant,
+    dead: Vec<OwnerRow>,
+    cursor: Cursor,
+    report: RecoveryReport,
+}
+
+impl Pass {
+    /// Probes the other owners; a provably dead one's claims expire now.
+    pub fn begin(conn: &mut Connection, params: Params, now_ms: i64) -> Result<Pass> {
+        let started = Instant::now();
+        let dead =
+            crate::store::write(conn, |tx| expire_dead_owners(tx, &params.owner_id, now_ms))?;
+        let report = RecoveryReport {
+            dead_owners: dead.iter().map(|o| o.id.clone()).collect(),
+            ..RecoveryReport::default()
+        };
+        Ok(Pass {
+            params,
+            now_ms,
+            started,
+            dead,
+            cursor: Cursor::default(),
+            report,
+        })
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.cursor.done
+    }
+
+    /// Recovers the next batch (one write transaction).
+    pub fn next_batch(&mut self, conn: &mut Connection) -> Result<()> {
+        recover_batch(
+            conn,
+            &self.params,
+            self.now_ms,
+            &mut self.cursor,
+            &mut self.report,
+        )?;
+        if !self.cursor.done {
             crate::failpoint!("recovery.between_batches");
         }
+        Ok(())
     }
-    if !report.recovered.is_empty() {
-        crate::failpoint!("recovery.after_commit");
+
+    /// Forgets the dead owners that hold nothing any more; returns the report.
+    pub fn finish(mut self, conn: &mut Connection) -> Result<RecoveryReport> {
+        if !self.report.recovered.is_empty() {
+            crate::failpoint!("recovery.after_commit");
+        }
+        crate::store::write(conn, |tx| forget_dead_owners(tx, &self.dead))?;
+        self.report.duration_ms = self.started.elapsed().as_millis() as u64;
+        Ok(self.report)
     }
-    crate::store::write(conn, |tx| forget_dead_owners(tx, &dead))?;
-    report.duration_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
+}
+
+/// A whole pass on one connection (tests, benchmarks, helpers).
+pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryReport> {
+    let mut pass = Pass::begin(conn, p.clone(), now_ms)?;
+    while !pass.is_done() {
+        pass.next_batch(conn)?;
+    }
+    pass.finish(conn)
 }
 
 #[derive(Debug)]

@@ -76,6 +76,36 @@ pub(crate) async fn engine(
     .unwrap()
 }
 
+/// An engine with the default config over `provider`, the standard tools, and every
+/// tool allowed.
+pub(crate) async fn default_engine(dir: &TestDir, provider: Arc<dyn Provider>) -> Engine {
+    engine(
+        dir,
+        crate::clock::SystemClock::shared(),
+        Config::default(),
+        provider,
+        ToolRegistry::standard(),
+        Arc::new(crate::tools::Headless { allow_all: true }),
+    )
+    .await
+}
+
+/// Waits (up to 10 s) for the next committed event of `kind`.
+pub(crate) async fn committed(
+    events: &mut broadcast::Receiver<EngineEvent>,
+    kind: &str,
+) -> crate::events::EventRecord {
+    match wait_for_event(
+        events,
+        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == kind),
+    )
+    .await
+    {
+        EngineEvent::Committed(record) => record,
+        other => unreachable!("{other:?}"),
+    }
+}
+
 /// One scripted answer of a [`FakeProvider`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Answer {

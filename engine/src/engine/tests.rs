@@ -15,7 +15,7 @@ use crate::ids;
 use crate::message::{MessageData, SyntheticKind};
 use crate::runner::Outcome;
 use crate::store::{Store, rows, sessions};
-use crate::testing::{Answer, FakeProvider, Stage, TestDir, engine, interrupted};
+use crate::testing::{Answer, FakeProvider, Stage, TestDir, default_engine, engine, interrupted};
 use crate::tools::{Headless, ToolRegistry};
 
 fn yes() -> Arc<Headless> {
@@ -71,15 +71,7 @@ async fn i10_recovery_redrive_never_promotes_unrelated_pending_inputs() {
     let dir = TestDir::new();
     let exe = crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
     let provider = FakeProvider::new(vec![Answer::text("carrying on")]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     let report = engine.recover().await.unwrap();
     assert_eq!(report.recovered.len(), 1);
     let note = engine
@@ -121,37 +113,13 @@ async fn i11_a_crash_between_recovery_commit_and_wake_is_redriven_exactly_once()
     let dir = TestDir::new();
     crashed_db(&dir, "ses_1", Stage::Streaming, 60_000);
     let provider = FakeProvider::new(vec![Answer::text("continued")]);
-    let first = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let first = default_engine(&dir, provider.clone()).await;
     assert_eq!(first.recover().await.unwrap().recovered.len(), 1);
     // The process "dies" here: no wake was started.
     drop(first);
     // Two relaunches redrive at the same moment.
-    let a = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
-    let b = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let a = default_engine(&dir, provider.clone()).await;
+    let b = default_engine(&dir, provider.clone()).await;
     let (ra, rb) = tokio::join!(a.redrive_wakes(), b.redrive_wakes());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     let oa = a.wait_idle("ses_1").await;
@@ -171,15 +139,7 @@ async fn i11_a_crash_between_recovery_commit_and_wake_is_redriven_exactly_once()
         "{messages:?}"
     );
     // And a later launch finds nothing left to wake.
-    let c = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let c = default_engine(&dir, provider.clone()).await;
     assert_eq!(c.redrive_wakes().await.unwrap().report.redriven, 0);
     for e in [a, b, c] {
         e.shutdown().await.unwrap();
@@ -266,15 +226,7 @@ async fn r4_3_an_acquisition_that_meets_an_expired_claim_hands_it_to_recovery_fi
     let dir = TestDir::new();
     crashed_db(&dir, "ses_1", Stage::Streaming, 60_000);
     let provider = FakeProvider::new(vec![Answer::text("answer")]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     engine
         .admit("ses_1", "and now?", Delivery::Queue)
         .await
@@ -303,15 +255,7 @@ async fn r4_3_an_acquisition_that_meets_an_expired_claim_hands_it_to_recovery_fi
 async fn r4_inputs_admitted_by_another_process_are_picked_up() {
     let dir = TestDir::new();
     let provider = FakeProvider::new(vec![Answer::text("heard you")]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     engine.start_background();
     // Another process admits an input and dies before waking anything.
@@ -366,11 +310,7 @@ async fn r4_10_a_clock_jump_forward_stops_a_live_owner_and_recovery_reconciles_o
     let session = a.create_session("t", &dir.work()).await.unwrap();
     let mut events = a.subscribe();
     a.admit(&session.id, "go", Delivery::Queue).await.unwrap();
-    crate::testing::wait_for_event(
-        &mut events,
-        |e| matches!(e, crate::runner::EngineEvent::Committed(r) if r.event.kind() == "step.text"),
-    )
-    .await;
+    crate::testing::committed(&mut events, "step.text").await;
     // An hour passes on the wall clock only (a suspended laptop, a clock change).
     clock.jump_wall(3_600_000);
     assert_eq!(
@@ -457,15 +397,7 @@ async fn i10_wakes_that_ring_a_running_execution_keep_their_scope() {
         },
         Answer::text("continued"),
     ]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     engine
         .admit(&session.id, "go", Delivery::Queue)
@@ -588,15 +520,7 @@ async fn r4_9_a_panicking_execution_stops_renewing_and_frees_its_session() {
 async fn r5_1_the_timer_recovers_this_owners_own_abandoned_claims_too() {
     let dir = TestDir::new();
     let provider = FakeProvider::new(vec![Answer::text("continued")]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     // A claim of this very owner whose execution is gone (it failed), expiring soon.
     let exe = crashed_db(&dir, "ses_1", Stage::Tools, 30_000 - 300);
     let me = engine.owner_id().to_string();

@@ -16,10 +16,10 @@ use crate::events::{Delivery, Event};
 use crate::message::{Finish, MessageData, Part, ToolStatus};
 use crate::provider::scripted::{Script, ScriptedProvider};
 use crate::provider::{ChatMessage, ProviderError};
-use crate::runner::{EngineEvent, Outcome};
+use crate::runner::Outcome;
 use crate::store::{events, rows};
 use crate::testing::{
-    Answer, FakeProvider, FakeTool, GatePermission, TestDir, engine, wait_for_event,
+    Answer, FakeProvider, FakeTool, GatePermission, TestDir, committed, default_engine, engine,
 };
 use crate::tools::{Headless, ToolRegistry};
 use crate::{Engine, doctor};
@@ -156,15 +156,7 @@ async fn r4_streamed_text_is_committed_in_coalesced_chunks() {
         delay: Duration::from_millis(1),
         ..Answer::default()
     }]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider,
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     engine
         .admit(&session.id, "talk", Delivery::Queue)
@@ -219,11 +211,7 @@ async fn i8_a_stale_owner_resumed_mid_stream_makes_no_call_and_commits_nothing()
         .admit(&session.id, "go", Delivery::Queue)
         .await
         .unwrap();
-    wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
-    )
-    .await;
+    committed(&mut events, "step.text").await;
 
     // Paused past its lease; another owner takes the claim over.
     clock.advance(Duration::from_secs(31));
@@ -291,11 +279,7 @@ async fn i8_a_stale_owner_resumed_before_a_tool_dispatch_dispatches_nothing() {
         .admit(&session.id, "go", Delivery::Queue)
         .await
         .unwrap();
-    wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "tool.called"),
-    )
-    .await;
+    committed(&mut events, "tool.called").await;
     tokio::time::timeout(Duration::from_secs(5), async {
         while permission.asked.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -383,26 +367,14 @@ async fn i16_every_admitted_input_is_promoted_once_in_admitted_order() {
         delay: Duration::from_millis(150),
         ..Answer::default()
     }]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     let mut events = engine.subscribe();
     engine
         .admit(&session.id, "first", Delivery::Queue)
         .await
         .unwrap();
-    wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.started"),
-    )
-    .await;
+    committed(&mut events, "step.started").await;
     for prompt in ["second", "third"] {
         engine
             .admit(&session.id, prompt, Delivery::Queue)
@@ -473,29 +445,14 @@ async fn r3_4_cancelling_a_running_command_stops_its_group_and_leaves_no_open_to
         "run_command",
         json!({"command": "sleep 300 & echo $! > child.pid; sleep 300"}),
     )]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider,
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider).await;
     let session = engine.create_session("t", &work).await.unwrap();
     let mut events = engine.subscribe();
     engine
         .admit(&session.id, "sleep", Delivery::Queue)
         .await
         .unwrap();
-    let started = wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "tool.started"),
-    )
-    .await;
-    let EngineEvent::Committed(record) = started else {
-        unreachable!()
-    };
+    let record = committed(&mut events, "tool.started").await;
     let Event::ToolStarted {
         process: Some(process),
         ..
@@ -560,39 +517,20 @@ async fn r4_8_a_cancelled_stream_keeps_its_text_and_a_wake_meanwhile_runs_after(
         },
         Answer::text("fresh"),
     ]);
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider.clone(),
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider.clone()).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     let mut events = engine.subscribe();
     engine
         .admit(&session.id, "go", Delivery::Queue)
         .await
         .unwrap();
-    wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
-    )
-    .await;
+    committed(&mut events, "step.text").await;
     engine.cancel(&session.id);
     engine
         .admit(&session.id, "next", Delivery::Queue)
         .await
         .unwrap();
-    let interrupted = wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.interrupted"),
-    )
-    .await;
-    let EngineEvent::Committed(interrupted) = interrupted else {
-        unreachable!()
-    };
+    let interrupted = committed(&mut events, "step.interrupted").await;
     assert_eq!(
         engine.wait_idle(&session.id).await,
         Some(SessionOutcome::Ran(Outcome::Idle))
@@ -867,15 +805,7 @@ async fn openai_steps_retry_a_rate_limit_and_cancel_a_slow_stream() {
     .await;
     let dir = TestDir::new();
     let provider = Arc::new(OpenAiProvider::new(&config(&url)).unwrap());
-    let engine = engine(
-        &dir,
-        SystemClock::shared(),
-        Config::default(),
-        provider,
-        ToolRegistry::standard(),
-        yes(),
-    )
-    .await;
+    let engine = default_engine(&dir, provider).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     engine
         .admit(&session.id, "hi", Delivery::Queue)
@@ -897,11 +827,7 @@ async fn openai_steps_retry_a_rate_limit_and_cancel_a_slow_stream() {
         .admit(&session.id, "talk slowly", Delivery::Queue)
         .await
         .unwrap();
-    wait_for_event(
-        &mut events,
-        |e| matches!(e, EngineEvent::Committed(r) if r.event.kind() == "step.text"),
-    )
-    .await;
+    committed(&mut events, "step.text").await;
     let asked = std::time::Instant::now();
     engine.cancel(&session.id);
     assert_eq!(

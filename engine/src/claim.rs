@@ -320,10 +320,6 @@ impl<'a, 'c> Fenced<'a, 'c> {
         self.tx
     }
 
-    pub fn claim(&self) -> &Claim {
-        self.claim
-    }
-
     pub fn now_ms(&self) -> i64 {
         self.now_ms
     }

@@ -80,28 +80,4 @@ impl Db {
     ) -> Result<R> {
         self.with_conn(move |conn| store::read(conn, f)).await
     }
-
-    /// [`Db::with_conn`] for code that is not async (blocks the calling thread).
-    pub fn blocking_with_conn<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let job: Job = Box::new(move |conn| {
-            let _ = tx.send(f(conn));
-        });
-        self.jobs
-            .send(job)
-            .map_err(|_| Error::Invalid("the database writer has stopped".into()))?;
-        rx.recv()
-            .map_err(|_| Error::Invalid("the database writer dropped a job".into()))?
-    }
-
-    /// [`Db::write`] for code that is not async.
-    pub fn blocking_write<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        self.blocking_with_conn(move |conn| store::write(conn, f))
-    }
 }

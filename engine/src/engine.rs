@@ -213,20 +213,12 @@ impl Engine {
         &self.owner.id
     }
 
-    pub fn services(&self) -> &Services {
-        &self.services
-    }
-
     pub fn db(&self) -> &Db {
         &self.services.db
     }
 
     pub fn coordinator(&self) -> &Coordinator {
         &self.coordinator
-    }
-
-    pub fn config(&self) -> &Config {
-        &self.services.config
     }
 
     /// Listens to committed events and finished executions.
@@ -258,12 +250,23 @@ impl Engine {
             .db
             .write(move |tx| sessions::admit(tx, &session, &text, delivery, now))
             .await?;
+        Ok(self.admitted(session_id, delivery, input, record))
+    }
+
+    /// After an admission commits: tell listeners, and wake the session if asked to.
+    fn admitted(
+        &self,
+        session_id: &str,
+        delivery: Delivery,
+        input: InputRow,
+        record: crate::events::EventRecord,
+    ) -> InputRow {
         let _ = self.services.events.send(EngineEvent::Committed(record));
         crate::failpoint!("input.after_admit");
         if delivery == Delivery::Queue {
             self.wake(session_id, Scope::Queued);
         }
-        Ok(input)
+        input
     }
 
     /// Admits `prompt` with `queue` delivery unless another live owner holds the
@@ -292,10 +295,7 @@ impl Engine {
                 sessions::admit(tx, &session, &text, Delivery::Queue, now)
             })
             .await?;
-        let _ = self.services.events.send(EngineEvent::Committed(record));
-        crate::failpoint!("input.after_admit");
-        self.wake(session_id, Scope::Queued);
-        Ok(input)
+        Ok(self.admitted(session_id, Delivery::Queue, input, record))
     }
 
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {

@@ -21,7 +21,6 @@ use serde::Serialize;
 use crate::claim::ClaimState;
 use crate::error::Result;
 use crate::ids;
-use crate::message::MessageData;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -314,14 +313,6 @@ fn epochs(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
         last.insert(key, epoch);
     }
     Ok(())
-}
-
-/// Whether `message` is an assistant with tool calls left open (for callers that
-/// hold a decoded message already).
-pub fn has_open_tools(message: &MessageData) -> bool {
-    message
-        .as_assistant()
-        .is_some_and(|a| a.tools().any(|t| t.state.status.is_open()))
 }
 
 #[cfg(test)]

@@ -144,10 +144,6 @@ impl Execution {
         }
     }
 
-    pub fn claim(&self) -> &Claim {
-        &self.claim
-    }
-
     /// Runs until the session is idle, the user cancels, or ownership is lost.
     pub async fn run(mut self, scope: Scope) -> Outcome {
         let outcome = match self.drive(scope).await {
@@ -173,8 +169,9 @@ impl Execution {
         loop {
             // At rest (nothing promoted yet), a compaction reaches `safe`: a crash right
             // after it loses nothing, since pending inputs keep their wakes.
-            if self.over_budget().await? {
-                self.compact(true).await?;
+            let messages = self.messages().await?;
+            if self.over_budget(&messages) {
+                self.compact(true, &messages).await?;
             }
             let promoted = self.promote(&scope).await?;
             scope = Scope::Queued;
@@ -196,10 +193,13 @@ impl Execution {
     async fn turn(&mut self) -> Flow<(Cleared, Option<String>)> {
         let max_steps = self.services.config.agent.max_steps;
         for _ in 0..max_steps {
-            if self.over_budget().await? {
-                self.compact(false).await?;
+            // One read of the transcript per step: for the budget and the request.
+            let mut messages = self.messages().await?;
+            if self.over_budget(&messages) {
+                self.compact(false, &messages).await?;
+                messages = self.messages().await?;
             }
-            match self.step().await? {
+            match self.step(messages).await? {
                 step::StepEnd::ToolCalls(calls) => self.run_tools(calls).await?,
                 step::StepEnd::Stopped(cleared) => return Ok((cleared, None)),
                 step::StepEnd::Failed(message, cleared) => return Ok((cleared, Some(message))),

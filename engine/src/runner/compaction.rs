@@ -13,6 +13,7 @@ use crate::events::Event;
 use crate::ids;
 use crate::message::{Finish, MessageData, MessageError, SyntheticKind};
 use crate::phase::PhaseChange;
+use crate::projection::MessageRow;
 use crate::provider::{ChatMessage, ProviderEvent, ProviderRequest, Purpose, context};
 use crate::runner::{Execution, Flow, Stop};
 
@@ -20,8 +21,7 @@ impl Execution {
     /// Whether the next request would exceed the compaction budget — and there is
     /// something new to fold in since the last summary, so that a summary that is
     /// itself over budget does not compact again before every step.
-    pub(crate) async fn over_budget(&self) -> Flow<bool> {
-        let messages = self.messages().await?;
+    pub(crate) fn over_budget(&self, messages: &[MessageRow]) -> bool {
         let since_summary = messages
             .iter()
             .rev()
@@ -30,15 +30,14 @@ impl Execution {
             })
             .count();
         if since_summary < 2 {
-            return Ok(false);
+            return false;
         }
-        let conversation = context::conversation(&self.session.directory, &messages);
-        Ok(context::estimate_tokens(&conversation) > self.services.config.compaction.token_budget)
+        let conversation = context::conversation(&self.session.directory, messages);
+        context::estimate_tokens(&conversation) > self.services.config.compaction.token_budget
     }
 
-    pub(crate) async fn compact(&mut self, at_rest: bool) -> Flow<()> {
-        let messages = self.messages().await?;
-        let mut conversation = context::conversation(&self.session.directory, &messages);
+    pub(crate) async fn compact(&mut self, at_rest: bool, messages: &[MessageRow]) -> Flow<()> {
+        let mut conversation = context::conversation(&self.session.directory, messages);
         conversation.push(ChatMessage::User(context::COMPACTION_INSTRUCTION.into()));
         let message_id = ids::new(ids::MESSAGE, self.services.clock.now_ms());
         let (execution_id, id) = (self.claim.execution_id.clone(), message_id.clone());

@@ -8,6 +8,7 @@ use crate::events::Event;
 use crate::ids;
 use crate::message::{Finish, MessageError, MessageKind, Usage};
 use crate::phase::PhaseChange;
+use crate::projection::MessageRow;
 use crate::provider::{ProviderError, ProviderEvent, ProviderRequest, Purpose, ToolCall, context};
 use crate::runner::{Execution, Flow, Stop};
 
@@ -61,8 +62,7 @@ impl Tail {
 }
 
 impl Execution {
-    pub(crate) async fn step(&mut self) -> Flow<StepEnd> {
-        let messages = self.messages().await?;
+    pub(crate) async fn step(&mut self, messages: Vec<MessageRow>) -> Flow<StepEnd> {
         let step_index = messages
             .iter()
             .filter(|m| m.data.kind() == MessageKind::Assistant)

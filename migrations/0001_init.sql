@@ -1,4 +1,4 @@
--- Steward's first schema (SPEC §2.5). Every table is STRICT: a TEXT value in an
+-- Steward's first schema (protocol §2.5). Every table is STRICT: a TEXT value in an
 -- INTEGER column is refused instead of sorting after every number.
 
 CREATE TABLE session (
@@ -54,7 +54,7 @@ CREATE INDEX session_input_wake_pending_promoted_time_created_id_idx
     ON session_input (wake_pending, promoted_seq, time_created, id);
 
 -- The claim: "owner O runs session S as execution E until expires_at".
--- No index on expires_at: takeover rewrites it (SPEC §2.5).
+-- No index on expires_at: takeover rewrites it (protocol §2.5).
 CREATE TABLE session_execution (
     id TEXT NOT NULL,
     session_id TEXT NOT NULL REFERENCES session (id) ON DELETE CASCADE,

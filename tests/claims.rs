@@ -1,4 +1,4 @@
-//! SPEC §4 across processes: a claim held by a heartbeating process is never
+//! protocol §4 across processes: a claim held by a heartbeating process is never
 //! displaced, and only after that process is killed does the lock probe prove it
 //! dead so its claim can be expired early.
 
@@ -34,6 +34,7 @@ fn r4_11_a_heartbeating_owner_is_never_displaced_and_is_proven_dead_only_after_s
 
     let clock = SystemClock::new();
     let mut store = Store::open(&env.db(), &clock).unwrap();
+    let owners = owner::Owners::new(env.data.join("owners"));
     // Five leases' worth of attempts: the holder keeps renewing, nobody displaces it.
     let until = Instant::now() + Duration::from_millis(1_500);
     let mut attempts = 0;
@@ -47,7 +48,7 @@ fn r4_11_a_heartbeating_owner_is_never_displaced_and_is_proven_dead_only_after_s
             "{result:?}"
         );
         let row = owner::get(store.conn(), &owner_id).unwrap().unwrap();
-        assert_eq!(owner::probe(&row), Liveness::Alive);
+        assert_eq!(owner::probe(&owners, &row), Liveness::Alive);
         assert_eq!(
             store
                 .write(|tx| owner::expire_claims_of_dead(tx, "own_test", now))
@@ -62,7 +63,7 @@ fn r4_11_a_heartbeating_owner_is_never_displaced_and_is_proven_dead_only_after_s
     holder.kill().unwrap(); // SIGKILL
     holder.wait().unwrap();
     let row = owner::get(store.conn(), &owner_id).unwrap().unwrap();
-    assert_eq!(owner::probe(&row), Liveness::Dead);
+    assert_eq!(owner::probe(&owners, &row), Liveness::Dead);
     let now = clock.now_ms();
     let expired = store
         .write(|tx| owner::expire_claims_of_dead(tx, &owner_id, now))

@@ -6,7 +6,9 @@ mod support;
 
 mod campaign;
 mod claims;
+mod docs;
 mod faults;
+mod hardening;
 mod recovery;
 mod run;
 mod store_refusals;

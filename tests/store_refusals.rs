@@ -1,4 +1,4 @@
-//! SPEC §2.3 against the real binary: every file Steward must not touch is refused
+//! protocol §2.3 against the real binary: every file Steward must not touch is refused
 //! with a one-line error naming what and where, the documented exit code, and the
 //! directory byte-for-byte as it was (no `-wal`/`-shm`, no logs).
 
@@ -10,11 +10,12 @@ use rusqlite::Connection;
 
 use crate::support::{Env, code, helper_bin, snapshot, stderr, stdout, unprivileged};
 
-/// Runs `doctor` on the prepared data dir and checks the refusal.
+/// Runs a command on the prepared data dir and checks the refusal (`doctor`
+/// explains a refusal at length instead; see `hardening.rs`).
 fn assert_refused(env: &Env, expected_code: i32, message: &str) {
     let before = snapshot(&env.data);
     let mut cmd = env.cmd();
-    cmd.arg("doctor");
+    cmd.arg("sessions");
     if expected_code == 1 {
         unprivileged(&mut cmd);
     }

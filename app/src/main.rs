@@ -20,7 +20,7 @@ use steward_engine::store::Store;
 
 use paths::Paths;
 
-/// Exit codes (INTERFACE.md).
+/// Exit codes (README, "Run").
 mod exit {
     pub const FAILURE: u8 = 1;
     pub const REFUSED: u8 = 3;
@@ -144,7 +144,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // Never writes: no database is created, no log file either.
         return commands::inspect::run(&paths, &clock, json);
     }
-    let store = open_store(&paths, clock.as_ref())?;
+    let store = match open_store(&paths, clock.as_ref()) {
+        Err(error) if matches!(command, Command::Doctor { .. }) => {
+            let Command::Doctor { json } = command else {
+                unreachable!()
+            };
+            // A refused file is explained, still without writing.
+            return commands::doctor::explain_refusal(&paths, error, json);
+        }
+        opened => opened?,
+    };
     if let Some(pages) = config.store.max_pages {
         store.set_max_pages(pages)?;
     }
@@ -190,12 +199,18 @@ fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
     Ok(config)
 }
 
-/// Opens (creating and migrating when absent) the database.
+/// Opens (creating and migrating when absent) the database. A data directory
+/// Steward creates is private to the user (`0700`): it holds transcripts.
 fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result<Store> {
     if !paths.data_dir.exists() {
-        std::fs::create_dir_all(&paths.data_dir).with_context(|| {
-            format!("cannot create data directory {}", paths.data_dir.display())
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&paths.data_dir)
+            .with_context(|| {
+                format!("cannot create data directory {}", paths.data_dir.display())
+            })?;
     }
     Ok(Store::open(&paths.database, clock)?)
 }

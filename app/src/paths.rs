@@ -1,4 +1,4 @@
-//! Where Steward keeps things (INTERFACE.md "Binary and places"), resolved once.
+//! Where Steward keeps things (README, "Where things live"), resolved once.
 
 use std::path::PathBuf;
 

@@ -132,6 +132,7 @@ fn main() {
         populate(store.conn_mut(), n);
         let params = Params {
             owner_id: "own_bench".into(),
+            owners: steward_engine::owner::Owners::new(dir.path().join("owners")),
             lease_ms: LEASE,
             slack_ms: recovery::CLOCK_SLACK_MS,
         };

@@ -1,4 +1,4 @@
-//! Claims, leases and fences (SPEC §4).
+//! Claims, leases and fences (protocol §4).
 //!
 //! A claim is the `session_execution` row that says "owner O runs session S as
 //! execution E until `expires_at`". Every function here is a compare-and-set: a
@@ -23,7 +23,7 @@ use crate::ids;
 use crate::phase::{Phase, PhaseChange};
 use crate::store::events::{append, append_all_onto};
 
-/// The identity an execution writes under: the fence of SPEC §4.4.
+/// The identity an execution writes under: the fence of protocol §4.4.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Claim {
     pub execution_id: String,
@@ -117,7 +117,7 @@ pub(crate) fn integer(v: &Value) -> Option<i64> {
 }
 
 impl ClaimRow {
-    /// The phase, when it is one of the three SPEC §4.6 names.
+    /// The phase, when it is one of the three protocol §4.6 names.
     pub fn phase(&self) -> Option<Phase> {
         match &self.phase {
             Value::Text(s) => Phase::parse(s),
@@ -164,7 +164,7 @@ pub fn get(conn: &Connection, execution_id: &str) -> Result<Option<ClaimRow>> {
     Ok(stmt.query_row([execution_id], claim_row).optional()?)
 }
 
-/// What acquisition found (SPEC §4.3).
+/// What acquisition found (protocol §4.3).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Acquire {
     /// A new claim in phase `ready`.
@@ -226,7 +226,7 @@ pub fn acquire(
     })
 }
 
-/// Heartbeat renewal (SPEC §4.2). Zero rows means ownership is lost: `FenceLost`.
+/// Heartbeat renewal (protocol §4.2). Zero rows means ownership is lost: `FenceLost`.
 /// Never revives an expired claim (invariant 6).
 pub fn renew(conn: &Connection, claim: &Claim, now_ms: i64, lease_ms: i64) -> Result<()> {
     let n = conn
@@ -245,7 +245,7 @@ pub fn renew(conn: &Connection, claim: &Claim, now_ms: i64, lease_ms: i64) -> Re
     if n == 1 { Ok(()) } else { Err(claim.lost()) }
 }
 
-/// Whether a claim was cleared (SPEC §4.7).
+/// Whether a claim was cleared (protocol §4.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cleared {
     /// The claim is gone; the execution is over.
@@ -254,7 +254,7 @@ pub enum Cleared {
     WakePending,
 }
 
-/// A write transaction that has passed the fence (SPEC §4.4). The only way an owner
+/// A write transaction that has passed the fence (protocol §4.4). The only way an owner
 /// writes: the check runs first inside `BEGIN IMMEDIATE`, so it holds for the whole
 /// transaction; every statement after it still names the exact claim, and events
 /// carry the claim's owner, execution and epoch.
@@ -388,7 +388,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
         if n == 1 { Ok(()) } else { Err(c.lost()) }
     }
 
-    /// Moves the phase by the one transition function (SPEC §4.6).
+    /// Moves the phase by the one transition function (protocol §4.6).
     pub fn change_phase(&mut self, change: PhaseChange) -> Result<Phase> {
         let next = self
             .phase
@@ -420,7 +420,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
     }
 
     /// Deletes the exact claim, unless an input of the session waits for a wake
-    /// (SPEC §4.7). Must be in the same transaction as the execution's last event.
+    /// (protocol §4.7). Must be in the same transaction as the execution's last event.
     pub fn clear(&mut self) -> Result<Cleared> {
         let c = self.claim;
         let n = self
@@ -439,7 +439,7 @@ impl<'a, 'c> Fenced<'a, 'c> {
         })
     }
 
-    /// User cancellation in one transaction (SPEC §4.8): `step.interrupted` (which
+    /// User cancellation in one transaction (protocol §4.8): `step.interrupted` (which
     /// errors the assistant and its open tools) and the exact claim deleted.
     pub fn cancel(&mut self, message_id: Option<&str>) -> Result<EventRecord> {
         let record = self.append(Event::StepInterrupted {
@@ -468,7 +468,7 @@ pub fn delete_exact(tx: &Transaction<'_>, claim: &Claim) -> Result<()> {
     if n == 1 { Ok(()) } else { Err(claim.lost()) }
 }
 
-/// Takeover for recovery (SPEC §5.3 step 1): the claim passes to `me` with
+/// Takeover for recovery (protocol §5.3 step 1): the claim passes to `me` with
 /// `epoch + 1`, but only if it is still exactly as read and expired (or its expiry is
 /// not an integer, or lies further ahead than `lease + slack`: the clock went back).
 /// `None`: someone else took it, or it was renewed.
@@ -521,7 +521,7 @@ pub fn takeover(
     }))
 }
 
-/// Marks a taken-over claim quarantined (SPEC §5.3 step 2): the row stays, blocking
+/// Marks a taken-over claim quarantined (protocol §5.3 step 2): the row stays, blocking
 /// its session, with a one-line reason and `expires_at = now`. Leaves `phase` alone,
 /// so a row with an invalid phase can still be marked.
 pub fn quarantine(tx: &Transaction<'_>, claim: &Claim, reason: &str, now_ms: i64) -> Result<()> {
@@ -541,7 +541,7 @@ pub fn quarantine(tx: &Transaction<'_>, claim: &Claim, reason: &str, now_ms: i64
     if n == 1 { Ok(()) } else { Err(claim.lost()) }
 }
 
-/// The owner's own deadline (SPEC §4.4a): the monotonic instant of the last
+/// The owner's own deadline (protocol §4.4a): the monotonic instant of the last
 /// successful renewal (read before the renewing statement) plus the lease minus a
 /// margin. Past it the owner dispatches nothing, even before the database says no.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! Time, injected. The only place that reads the system's wall clock.
 //!
-//! Leases use wall-clock milliseconds since the Unix epoch (SPEC §2.1, §4.10); the
+//! Leases use wall-clock milliseconds since the Unix epoch (protocol §2.1, §4.10); the
 //! owner's self-fence uses a monotonic reading (§4.4a). Both come from a [`Clock`] so
 //! tests drive them with a [`ManualClock`].
 
@@ -61,7 +61,7 @@ impl Clock for SystemClock {
 
 /// A clock that moves only when told to. `advance` moves wall and monotonic time
 /// together; `jump_wall` moves wall time alone, like a clock change or a suspended
-/// laptop (SPEC §4.10).
+/// laptop (protocol §4.10).
 #[derive(Debug)]
 pub struct ManualClock {
     wall_ms: AtomicI64,

@@ -20,9 +20,41 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses TOML text; errors name the offending key and its line.
+    /// Parses TOML text and checks it ([`Config::validate`]); errors name the
+    /// offending key.
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))
+        let config: Config =
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rejects settings no execution could work under, naming the key: a lease
+    /// shorter than [`LeaseConfig::MIN_LEASE_MS`], or a heartbeat that would not renew
+    /// the lease at least twice per lease (every execution would then "lose" its
+    /// claim, or stop dispatching at its own deadline, protocol §4.4a).
+    pub fn validate(&self) -> Result<(), String> {
+        let lease = &self.lease;
+        if lease.lease_ms < LeaseConfig::MIN_LEASE_MS {
+            return Err(format!(
+                "lease.lease_ms = {} is too short: it must be at least {} ms",
+                lease.lease_ms,
+                LeaseConfig::MIN_LEASE_MS
+            ));
+        }
+        if let Some(beat) = lease.heartbeat_ms
+            && (beat == 0 || beat > lease.lease_ms / 2)
+        {
+            return Err(format!(
+                "lease.heartbeat_ms = {beat} must be between 1 and half of lease.lease_ms ({} ms), \
+                 so that every lease is renewed at least twice before it runs out",
+                lease.lease_ms / 2
+            ));
+        }
+        if self.agent.max_steps == 0 {
+            return Err("agent.max_steps must be at least 1".into());
+        }
+        Ok(())
     }
 }
 
@@ -85,7 +117,7 @@ impl Default for ToolsConfig {
     }
 }
 
-/// `[lease]` (SPEC §4.1).
+/// `[lease]` (protocol §4.1).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LeaseConfig {
@@ -104,6 +136,9 @@ impl Default for LeaseConfig {
 }
 
 impl LeaseConfig {
+    /// The shortest lease a config may set.
+    pub const MIN_LEASE_MS: u64 = 1_000;
+
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
@@ -113,7 +148,7 @@ impl LeaseConfig {
     }
 }
 
-/// `[recovery]` (SPEC §5.9).
+/// `[recovery]` (protocol §5.9).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RecoveryConfig {
@@ -181,12 +216,38 @@ mod tests {
     #[test]
     fn keys_are_read() {
         let config = Config::from_toml(
-            "[tools]\nallow = [\"run_command\"]\n[lease]\nlease_ms = 900\n[recovery]\nauto_continue = false\n",
+            "[tools]\nallow = [\"run_command\"]\n[lease]\nlease_ms = 9000\n[recovery]\nauto_continue = false\n",
         )
         .unwrap();
         assert_eq!(config.tools.allow, vec!["run_command".to_string()]);
-        assert_eq!(config.lease.heartbeat(), Duration::from_millis(300));
+        assert_eq!(config.lease.heartbeat(), Duration::from_millis(3000));
         assert!(!config.recovery.auto_continue);
+    }
+
+    #[test]
+    fn impossible_lease_settings_are_rejected_with_the_key_named() {
+        for (toml, key) in [
+            ("[lease]\nlease_ms = 0\n", "lease.lease_ms = 0"),
+            ("[lease]\nlease_ms = 999\n", "lease.lease_ms = 999"),
+            (
+                "[lease]\nlease_ms = 3000\nheartbeat_ms = 3000\n",
+                "lease.heartbeat_ms = 3000",
+            ),
+            (
+                "[lease]\nlease_ms = 3000\nheartbeat_ms = 5000\n",
+                "lease.heartbeat_ms = 5000",
+            ),
+            (
+                "[lease]\nlease_ms = 3000\nheartbeat_ms = 0\n",
+                "lease.heartbeat_ms = 0",
+            ),
+            ("[agent]\nmax_steps = 0\n", "agent.max_steps"),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err();
+            assert!(err.contains(key), "{toml:?}: {err}");
+        }
+        let ok = Config::from_toml("[lease]\nlease_ms = 1000\nheartbeat_ms = 500\n").unwrap();
+        assert_eq!(ok.lease.heartbeat(), Duration::from_millis(500));
     }
 
     #[test]

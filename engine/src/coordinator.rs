@@ -3,6 +3,11 @@
 //! re-run). Different sessions run concurrently. A cancellation is delivered to the
 //! running execution; a wake that arrives meanwhile starts a fresh execution only
 //! after the cancellation has committed.
+//!
+//! [`Coordinator::stop_all`] (engine shutdown) is not a cancellation: it stops every
+//! execution the way a lost claim does — no further dispatch, no further write — and
+//! starts nothing new, so what was running stays for recovery to reconcile and its
+//! wake stays durable. Only a user's cancellation writes `step.interrupted`.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -10,22 +15,25 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::heartbeat::{Heartbeat, HeartbeatParams};
 use crate::claim::{self, Acquire, ClaimRow, SelfFence};
 use crate::config::LeaseConfig;
-use crate::runner::{Execution, Outcome, Services};
-use crate::store::rows;
+use crate::error::Error;
+use crate::events::{Delivery, EventRecord};
+use crate::projection::InputRow;
+use crate::runner::{EngineEvent, Execution, Outcome, Services};
 use crate::store::sessions::Scope;
+use crate::store::{rows, sessions};
 
 /// What became of a wake.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionOutcome {
     /// An execution ran and ended so.
     Ran(Outcome),
-    /// Another live owner holds the session (SPEC §4.3).
+    /// Another live owner holds the session (protocol §4.3).
     Busy { owner_id: String },
     /// The session's claim expired and waits for recovery.
     AwaitingRecovery { execution_id: String },
@@ -36,9 +44,12 @@ pub enum SessionOutcome {
     },
     /// The store failed before an execution could start.
     Error(String),
+    /// The engine shut down: the execution (if one had started) was stopped without
+    /// writing and is left for recovery; nothing new started.
+    Stopped,
 }
 
-/// Reconciles an expired claim that blocks an acquisition (recovery, SPEC §5).
+/// Reconciles an expired claim that blocks an acquisition (recovery, protocol §5).
 pub trait ExpiredClaims: Send + Sync + std::fmt::Debug {
     /// Recovers `claim` now if it can; returns when it is done (or cannot be).
     fn recover(self: Arc<Self>, claim: ClaimRow) -> crate::tools::BoxFuture<()>;
@@ -60,6 +71,17 @@ struct Inner {
     slots: Mutex<HashMap<String, Slot>>,
     last: Mutex<HashMap<String, SessionOutcome>>,
     expired: Mutex<Option<Arc<dyn ExpiredClaims>>>,
+    /// Cancelled by [`Coordinator::stop_all`]: every execution's `lost` token is a
+    /// child of it.
+    stopping: CancellationToken,
+}
+
+/// A prompt admitted in the same transaction that acquires the session's claim, so
+/// that "admitted" and "this process holds the session" are one fact (protocol §4.3).
+#[derive(Debug)]
+struct Admission {
+    prompt: String,
+    reply: oneshot::Sender<crate::Result<InputRow>>,
 }
 
 /// The single-flight table of one engine instance.
@@ -73,6 +95,8 @@ pub struct Coordinator {
 pub enum Wake {
     Started,
     Rang,
+    /// The engine is shutting down: nothing new starts (the wake stays durable).
+    Refused,
 }
 
 impl Coordinator {
@@ -85,6 +109,7 @@ impl Coordinator {
                 slots: Mutex::new(HashMap::new()),
                 last: Mutex::new(HashMap::new()),
                 expired: Mutex::new(None),
+                stopping: CancellationToken::new(),
             }),
         }
     }
@@ -97,6 +122,9 @@ impl Coordinator {
     /// Runs `session` now, or rings its running execution.
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if self.inner.stopping.is_cancelled() {
+            return Wake::Refused;
+        }
         if let Some(slot) = slots.get_mut(session_id) {
             slot.rerun = Some(match slot.rerun.take() {
                 Some(earlier) => earlier.merge(scope),
@@ -104,6 +132,51 @@ impl Coordinator {
             });
             return Wake::Rang;
         }
+        let cancel = self.occupy(&mut slots, session_id);
+        drop(slots);
+        tokio::spawn(run_session(
+            self.inner.clone(),
+            session_id.to_string(),
+            scope,
+            cancel,
+            None,
+        ));
+        Wake::Started
+    }
+
+    /// Admits `prompt` (queued) into an idle `session_id` in the same transaction
+    /// that acquires its claim, then runs the session. The receiver answers with the
+    /// admitted input, or with why nothing was admitted: another live owner holds
+    /// the session ([`Error::SessionBusy`]), its claim is quarantined or waits for
+    /// recovery, or the store failed. `None` when an execution of the session
+    /// already runs here (or the engine is stopping): admit and wake instead.
+    pub fn start_admitting(
+        &self,
+        session_id: &str,
+        prompt: &str,
+    ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if self.inner.stopping.is_cancelled() || slots.contains_key(session_id) {
+            return None;
+        }
+        let cancel = self.occupy(&mut slots, session_id);
+        drop(slots);
+        let (reply, answer) = oneshot::channel();
+        tokio::spawn(run_session(
+            self.inner.clone(),
+            session_id.to_string(),
+            Scope::Queued,
+            cancel,
+            Some(Admission {
+                prompt: prompt.to_string(),
+                reply,
+            }),
+        ));
+        Some(answer)
+    }
+
+    /// Inserts the slot of a session about to run; returns its cancellation token.
+    fn occupy(&self, slots: &mut HashMap<String, Slot>, session_id: &str) -> CancellationToken {
         let cancel = CancellationToken::new();
         let (done, _) = watch::channel(None);
         slots.insert(
@@ -114,14 +187,21 @@ impl Coordinator {
                 done,
             },
         );
-        drop(slots);
-        tokio::spawn(run_session(
-            self.inner.clone(),
-            session_id.to_string(),
-            scope,
-            cancel,
-        ));
-        Wake::Started
+        cancel
+    }
+
+    /// Stops every execution without cancelling it (engine shutdown): each stops
+    /// dispatching and writing at once, as if it had lost its claim, and no new one
+    /// starts. Returns the sessions that were running.
+    pub fn stop_all(&self) -> Vec<String> {
+        let slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.stopping.cancel();
+        slots.keys().cloned().collect()
+    }
+
+    /// Whether [`Coordinator::stop_all`] was called.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.is_cancelled()
     }
 
     /// Asks the running execution of `session_id` to stop. False when none runs here.
@@ -189,11 +269,13 @@ async fn run_session(
     session_id: String,
     first: Scope,
     first_cancel: CancellationToken,
+    admission: Option<Admission>,
 ) {
     let mut scope = first;
     let mut cancel = first_cancel;
+    let mut admission = admission;
     loop {
-        let outcome = run_once(&inner, &session_id, scope, cancel).await;
+        let outcome = run_once(&inner, &session_id, scope, cancel, admission.take()).await;
         inner
             .last
             .lock()
@@ -203,10 +285,13 @@ async fn run_session(
         let Some(slot) = slots.get_mut(&session_id) else {
             return;
         };
+        // A stopping engine runs nothing again: what rang stays durable (an input's
+        // or a recovery row's wake flag) for the next launch.
         let rerun = slot
             .rerun
             .take()
-            .filter(|_| matches!(outcome, SessionOutcome::Ran(_)));
+            .filter(|_| matches!(outcome, SessionOutcome::Ran(_)))
+            .filter(|_| !inner.stopping.is_cancelled());
         if let Some(next) = rerun {
             // A wake arrived while this execution ran or was cancelled: run again,
             // with what those wakes asked for.
@@ -226,44 +311,73 @@ async fn run_once(
     session_id: &str,
     scope: Scope,
     cancel: CancellationToken,
+    mut admission: Option<Admission>,
 ) -> SessionOutcome {
     let services = &inner.services;
+    if inner.stopping.is_cancelled() {
+        return refuse(admission, SessionOutcome::Stopped, || {
+            Error::Invalid("the engine is shutting down".into())
+        });
+    }
     let lease_ms = i64::try_from(inner.lease.lease_ms).unwrap_or(i64::MAX);
     let mut recovered_once = false;
     let (claim, acquired_at) = loop {
-        let acquired_at = services.clock.monotonic();
-        let now = services.clock.now_ms();
         let (session, owner) = (session_id.to_string(), inner.owner_id.clone());
         let continuations = match &scope {
             Scope::Continuations(ids) => ids.clone(),
             Scope::Queued => Vec::new(),
         };
+        let prompt = admission.as_ref().map(|a| a.prompt.clone());
+        let clock = services.clock.clone();
         let result = services
             .db
             .write(move |tx| {
+                // Read inside the job: the writer may have been busy, and a claim
+                // that expired meanwhile must be seen as expired (protocol §4.3).
+                let acquired_at = clock.monotonic();
+                let now = clock.now_ms();
                 let acquired = claim::acquire(tx, &session, &owner, now, lease_ms)?;
+                let mut admitted = None;
                 if let Acquire::Acquired(_) = &acquired {
                     for input_id in &continuations {
                         crate::recovery::wakes::count_attempt(tx, input_id)?;
                     }
+                    if let Some(prompt) = &prompt {
+                        admitted =
+                            Some(sessions::admit(tx, &session, prompt, Delivery::Queue, now)?);
+                    }
                 }
-                Ok(acquired)
+                Ok((acquired, acquired_at, admitted))
             })
             .await;
         match result {
-            Ok(Acquire::Acquired(claim)) => break (claim, acquired_at),
-            Ok(Acquire::Busy(row)) => {
-                return SessionOutcome::Busy {
-                    owner_id: row.owner_id,
-                };
+            Ok((Acquire::Acquired(claim), acquired_at, admitted)) => {
+                if let (Some(admission), Some((input, record))) = (admission.take(), admitted) {
+                    publish_admission(services, record);
+                    let _ = admission.reply.send(Ok(input));
+                }
+                break (claim, acquired_at);
             }
-            Ok(Acquire::Quarantined(row)) => {
-                return SessionOutcome::Quarantined {
+            Ok((Acquire::Busy(row), ..)) => {
+                let owner_id = row.owner_id.clone();
+                return refuse(admission, SessionOutcome::Busy { owner_id }, || {
+                    busy_error(services, session_id, &row)
+                });
+            }
+            Ok((Acquire::Quarantined(row), ..)) => {
+                let reason = row.recovery_error.clone().unwrap_or_default();
+                let error = Error::Invalid(format!(
+                    "session {session_id} is blocked by quarantined execution {}: {reason} \
+                     (`steward wake {}` retries it, `steward discard {}` removes it)",
+                    row.id, row.id, row.id
+                ));
+                let outcome = SessionOutcome::Quarantined {
                     execution_id: row.id,
-                    reason: row.recovery_error.unwrap_or_default(),
+                    reason,
                 };
+                return refuse(admission, outcome, || error);
             }
-            Ok(Acquire::Expired(row)) => {
+            Ok((Acquire::Expired(row), ..)) => {
                 let handler = inner
                     .expired
                     .lock()
@@ -275,13 +389,21 @@ async fn run_once(
                         handler.recover(row).await;
                     }
                     _ => {
-                        return SessionOutcome::AwaitingRecovery {
+                        let error = Error::Invalid(format!(
+                            "session {session_id}: execution {} waits for recovery",
+                            row.id
+                        ));
+                        let outcome = SessionOutcome::AwaitingRecovery {
                             execution_id: row.id,
                         };
+                        return refuse(admission, outcome, || error);
                     }
                 }
             }
-            Err(e) => return SessionOutcome::Error(e.to_string()),
+            Err(e) => {
+                let outcome = SessionOutcome::Error(e.to_string());
+                return refuse(admission, outcome, || e);
+            }
         }
     };
     crate::failpoint!("claim.after_acquire");
@@ -295,7 +417,8 @@ async fn run_once(
     };
     let lease = inner.lease.lease();
     let fence = Arc::new(SelfFence::new(services.clock.clone(), lease, acquired_at));
-    let lost = CancellationToken::new();
+    // A shutdown stops the execution exactly as a lost claim does.
+    let lost = inner.stopping.child_token();
     let heartbeat = Heartbeat::spawn(HeartbeatParams {
         db: services.db.clone(),
         claim: claim.clone(),
@@ -324,5 +447,43 @@ async fn run_once(
     };
     heartbeat.stop().await;
     tracing::info!(session = session_id, ?outcome, "execution ended");
+    if outcome == Outcome::Lost && inner.stopping.is_cancelled() {
+        return SessionOutcome::Stopped;
+    }
     SessionOutcome::Ran(outcome)
+}
+
+/// Answers an admission that did not happen (nothing was written), and returns the
+/// session's outcome.
+fn refuse(
+    admission: Option<Admission>,
+    outcome: SessionOutcome,
+    error: impl FnOnce() -> Error,
+) -> SessionOutcome {
+    if let Some(admission) = admission {
+        let _ = admission.reply.send(Err(error()));
+    }
+    outcome
+}
+
+/// Tells listeners about a committed admission.
+fn publish_admission(services: &Services, record: EventRecord) {
+    let _ = services.events.send(EngineEvent::Committed(record));
+    crate::failpoint!("input.after_admit");
+}
+
+/// "Held by another live owner", naming the owner (exit code 4 in the binary).
+fn busy_error(services: &Services, session_id: &str, row: &ClaimRow) -> Error {
+    let detail = services
+        .db
+        .path()
+        .and_then(|path| crate::store::open::open_read_only(path).ok())
+        .and_then(|conn| crate::owner::get(&conn, &row.owner_id).ok().flatten())
+        .map(|o| format!(" (pid {} on {})", o.pid, o.hostname))
+        .unwrap_or_default();
+    Error::SessionBusy {
+        session_id: session_id.to_string(),
+        owner_id: row.owner_id.clone(),
+        owner_detail: detail,
+    }
 }

@@ -1,6 +1,8 @@
 //! `steward doctor`: is the file sound, which schema is it on, do the projection
-//! tables equal a replay of the event log (SPEC §3.1), and does every invariant of
+//! tables equal a replay of the event log (protocol §3.1), and does every invariant of
 //! [`crate::invariants`] hold?
+
+pub mod diagnosis;
 
 use rusqlite::Connection;
 use serde::Serialize;

@@ -1,6 +1,11 @@
 //! The engine facade: one owner (registered and locked for the process's life), the
 //! coordinator, recovery, and the operations front ends call — create a session,
-//! admit an input, wake, cancel, wait, recover, redrive wakes.
+//! submit a prompt, wake, cancel, wait, recover, redrive wakes, act on what recovery
+//! left for the user, shut down.
+//!
+//! Which wakes an entry point starts is its own choice, but no entry point consumes a
+//! wake and then abandons it: [`Engine::shutdown`] stops what still runs without
+//! writing and hands it to recovery, so its wake stays pending for the next launch.
 
 mod background;
 
@@ -20,12 +25,16 @@ use crate::coordinator::{Coordinator, SessionOutcome, Wake};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::Delivery;
-use crate::owner::{self, Owner};
+use crate::ids;
+use crate::inspector;
+use crate::owner::{Owner, Owners};
 use crate::projection::{InputRow, SessionRow};
 use crate::provider::Provider;
 use crate::runner::{EngineEvent, RunnerStats, Services};
 use crate::store::sessions::{self, Scope};
 use crate::tools::{Permission, ToolRegistry};
+
+pub use background::Redriving;
 
 /// What [`Engine::redrive_wakes`] started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +42,14 @@ pub struct Redrive {
     pub report: WakeReport,
     /// Sessions woken, in order.
     pub sessions: Vec<String>,
+}
+
+/// What [`Engine::continue_execution`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continued {
+    pub session_id: String,
+    /// Whether an execution of the session was started (or rung).
+    pub started: bool,
 }
 
 /// Everything an engine is made of.
@@ -67,20 +84,21 @@ pub struct Recoverer {
 }
 
 impl Recoverer {
-    /// One pass: probe owners, then batches until a short one (SPEC §5.2). Each batch
-    /// is its own job on the writer, so heartbeats and commits interleave.
+    /// One pass: probe owners, then batches until a short one (protocol §5.2). Each batch
+    /// is its own job on the writer, so heartbeats and commits interleave, and each
+    /// reads the clock inside its job.
     pub async fn pass(&self) -> Result<RecoveryReport> {
         let _one_at_a_time = self.running.lock().await;
-        let now = self.services.clock.now_ms();
         let db = &self.services.db;
-        let params = self.params.clone();
+        let (params, clock) = (self.params.clone(), self.services.clock.clone());
         let mut pass = db
-            .with_conn(move |conn| recovery::Pass::begin(conn, params, now))
+            .with_conn(move |conn| recovery::Pass::begin(conn, params, clock.now_ms()))
             .await?;
         while !pass.is_done() {
+            let clock = self.services.clock.clone();
             pass = db
                 .with_conn(move |conn| {
-                    pass.next_batch(conn)?;
+                    pass.next_batch(conn, clock.now_ms())?;
                     Ok(pass)
                 })
                 .await?;
@@ -126,11 +144,11 @@ impl Engine {
             events,
             stats: Arc::new(Mutex::new(RunnerStats::default())),
         };
-        let now = services.clock.now_ms();
-        let owners_dir = options.owners_dir;
+        let owners = Owners::new(options.owners_dir);
+        let (clock, lock_files) = (services.clock.clone(), owners.clone());
         let owner = services
             .db
-            .write(move |tx| Owner::register(tx, &owners_dir, now))
+            .write(move |tx| Owner::register(tx, &lock_files, clock.now_ms()))
             .await?;
         tracing::info!(owner = %owner.id, pid = owner.pid, "owner registered");
         let coordinator = Coordinator::new(
@@ -142,6 +160,7 @@ impl Engine {
             services: services.clone(),
             params: recovery::Params {
                 owner_id: owner.id.clone(),
+                owners,
                 lease_ms: i64::try_from(services.config.lease.lease_ms).unwrap_or(i64::MAX),
                 slack_ms: recovery::CLOCK_SLACK_MS,
             },
@@ -157,55 +176,36 @@ impl Engine {
         })
     }
 
-    /// One recovery pass now (SPEC §5.1).
+    /// One recovery pass now (protocol §5.1).
     pub async fn recover(&self) -> Result<RecoveryReport> {
         self.recoverer.pass().await
     }
 
-    /// Starts the durable wakes that are due (SPEC §5.7): recovery wakes — each
-    /// promoting only its continuation — and inputs admitted with a wake that no
-    /// execution promoted. Returns what was started.
+    /// Starts every durable wake that is due (protocol §5.7): recovery wakes — each
+    /// promoting only its continuation, and only when `[recovery] auto_continue`
+    /// allows (§5.9) — and prompts admitted with a wake that no execution promoted.
+    /// The caller owns what this starts: it waits for those sessions, or keeps
+    /// running until they are idle (or shuts down, which leaves them for recovery).
     pub async fn redrive_wakes(&self) -> Result<Redrive> {
-        let (candidates, quarantined) =
-            self.services.db.with_conn(recovery::recovery_wakes).await?;
-        let mut sessions: Vec<String> = Vec::new();
-        for candidate in &candidates {
-            self.wake(
-                &candidate.session_id,
-                Scope::continuation(candidate.input_id.clone()),
-            );
-            if !sessions.contains(&candidate.session_id) {
-                sessions.push(candidate.session_id.clone());
-            }
-        }
-        let waiting = self
-            .services
-            .db
-            .read(sessions::with_pending_input_wakes)
-            .await?;
-        for session_id in waiting {
-            if !sessions.contains(&session_id) && !self.coordinator.is_running(&session_id) {
-                self.wake(&session_id, Scope::Queued);
-                sessions.push(session_id);
-            }
-        }
-        Ok(Redrive {
-            report: WakeReport {
-                redriven: candidates.len(),
-                failed: 0,
-                quarantined,
-            },
-            sessions,
-        })
+        background::redrive(
+            &self.services.db,
+            &self.coordinator,
+            self.services.config.recovery.auto_continue,
+        )
+        .await
     }
 
-    /// For long-lived front ends (TUI, ACP): recovers whenever another owner's claim
-    /// expires or an owner is proven dead, and picks up wakes other processes left —
-    /// on a timer, on the data-directory doorbell, and on a slow poll.
-    pub fn start_background(&self) {
+    /// Keeps recovery running on a timer while this engine lives (protocol §5.1): a pass
+    /// whenever the earliest claim recovery may take expires, at each heartbeat
+    /// interval while other owners hold claims (the owner-death probe), and when the
+    /// data-directory doorbell rings. With [`Redriving::DueWakes`] it also starts the
+    /// wakes that are due after each pass (the long-lived TUI and ACP); with
+    /// [`Redriving::Nothing`] it only reconciles, leaving every wake for an entry
+    /// point that runs it (`run`, `wake`, `recover`).
+    pub fn start_background(&self, redriving: Redriving) {
         let mut slot = self.background.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
-            *slot = Some(background::Background::spawn(self));
+            *slot = Some(background::Background::spawn(self, redriving));
         }
     }
 
@@ -215,6 +215,10 @@ impl Engine {
 
     pub fn db(&self) -> &Db {
         &self.services.db
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.services.config
     }
 
     pub fn coordinator(&self) -> &Coordinator {
@@ -229,14 +233,16 @@ impl Engine {
     /// Creates a session working in `directory`.
     pub async fn create_session(&self, title: &str, directory: &str) -> Result<SessionRow> {
         let (title, directory) = (title.to_string(), directory.to_string());
-        let now = self.services.clock.now_ms();
-        self.services
+        let clock = self.services.clock.clone();
+        let session = self
+            .services
             .db
-            .write(move |tx| sessions::create(tx, &title, &directory, now))
-            .await
+            .write(move |tx| sessions::create(tx, &title, &directory, clock.now_ms()))
+            .await?;
+        Ok(session)
     }
 
-    /// Admits `prompt`; `queue` wakes the session.
+    /// Admits `prompt`; `queue` wakes the session (here, whoever holds it).
     pub async fn admit(
         &self,
         session_id: &str,
@@ -244,65 +250,124 @@ impl Engine {
         delivery: Delivery,
     ) -> Result<InputRow> {
         let (session, text) = (session_id.to_string(), prompt.to_string());
-        let now = self.services.clock.now_ms();
+        let clock = self.services.clock.clone();
         let (input, record) = self
             .services
             .db
-            .write(move |tx| sessions::admit(tx, &session, &text, delivery, now))
+            .write(move |tx| sessions::admit(tx, &session, &text, delivery, clock.now_ms()))
             .await?;
-        Ok(self.admitted(session_id, delivery, input, record))
-    }
-
-    /// After an admission commits: tell listeners, and wake the session if asked to.
-    fn admitted(
-        &self,
-        session_id: &str,
-        delivery: Delivery,
-        input: InputRow,
-        record: crate::events::EventRecord,
-    ) -> InputRow {
         let _ = self.services.events.send(EngineEvent::Committed(record));
         crate::failpoint!("input.after_admit");
         if delivery == Delivery::Queue {
             self.wake(session_id, Scope::Queued);
         }
-        input
+        Ok(input)
     }
 
-    /// Admits `prompt` with `queue` delivery unless another live owner holds the
-    /// session: then nothing is admitted and the error names the owner.
-    pub async fn admit_unless_busy(&self, session_id: &str, prompt: &str) -> Result<InputRow> {
-        let (session, text, me) = (
-            session_id.to_string(),
-            prompt.to_string(),
-            self.owner.id.clone(),
-        );
-        let now = self.services.clock.now_ms();
-        let (input, record) = self
-            .services
-            .db
-            .write(move |tx| {
-                if let Some(claim) = sessions::held_by_other(tx, &session, &me, now)? {
-                    let owner = owner::get(tx, &claim.owner_id)?;
-                    return Err(Error::SessionBusy {
-                        session_id: session.clone(),
-                        owner_detail: owner
-                            .map(|o| format!(" (pid {} on {})", o.pid, o.hostname))
-                            .unwrap_or_default(),
-                        owner_id: claim.owner_id,
-                    });
-                }
-                sessions::admit(tx, &session, &text, Delivery::Queue, now)
-            })
-            .await?;
-        Ok(self.admitted(session_id, Delivery::Queue, input, record))
+    /// Submits a user's prompt and runs the session. When no execution of the
+    /// session runs here, the prompt is admitted in the same transaction that
+    /// acquires the session's claim (protocol §4.3): either it is admitted and this
+    /// engine runs it, or nothing is admitted and the error says why — another live
+    /// owner holds the session ([`Error::SessionBusy`]), or a quarantined claim blocks
+    /// it. When one runs here, the prompt is queued to it.
+    pub async fn submit(&self, session_id: &str, prompt: &str) -> Result<InputRow> {
+        match self.coordinator.start_admitting(session_id, prompt) {
+            Some(answer) => answer
+                .await
+                .map_err(|_| Error::Invalid("the execution ended before answering".into()))?,
+            None if self.coordinator.is_stopping() => {
+                Err(Error::Invalid("the engine is shutting down".into()))
+            }
+            None => self.admit(session_id, prompt, Delivery::Queue).await,
+        }
     }
 
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
         self.coordinator.wake(session_id, scope)
     }
 
-    /// Cancels the session's running execution; false when none runs here.
+    /// Continues what recovery left for the user, as the inspector's "wake" and
+    /// "retry" and `steward wake` do: a pending, parked or quarantined recovery wake
+    /// is re-armed after the checks of protocol §5.7 and its continuation alone is
+    /// promoted; a quarantined claim is handed back to recovery, and when recovery
+    /// reconciles it now, its continuation is woken. Each action is recorded as an
+    /// `inspector.action` event. Errors when there is nothing to act on, the checks
+    /// fail, or the claim is quarantined again (with the reason).
+    pub async fn continue_execution(&self, execution_id: &str) -> Result<Continued> {
+        let clock = self.services.clock.clone();
+        let id = execution_id.to_string();
+        let target = self
+            .services
+            .db
+            .write(move |tx| inspector::find(tx, &id))
+            .await?;
+        match target {
+            inspector::Target::Recovery { .. } => {
+                let id = execution_id.to_string();
+                let (session_id, input_id) = self
+                    .services
+                    .db
+                    .write(move |tx| inspector::rearm_wake(tx, &id, clock.now_ms()))
+                    .await?;
+                let wake = self.wake(&session_id, Scope::continuation(input_id));
+                Ok(Continued {
+                    session_id,
+                    started: wake != Wake::Refused,
+                })
+            }
+            inspector::Target::QuarantinedClaim(_) => {
+                let id = execution_id.to_string();
+                let session_id = self
+                    .services
+                    .db
+                    .write(move |tx| inspector::retry_claim(tx, &id, clock.now_ms()))
+                    .await?;
+                let report = self.recover().await?;
+                if let Some(q) = report
+                    .quarantined
+                    .iter()
+                    .find(|q| q.execution_id == execution_id)
+                {
+                    return Err(Error::Invalid(format!(
+                        "{execution_id} is quarantined again: {}",
+                        q.reason
+                    )));
+                }
+                let reconciled = report
+                    .recovered
+                    .iter()
+                    .any(|r| r.execution_id == execution_id);
+                let wake = if reconciled {
+                    self.wake(
+                        &session_id,
+                        Scope::continuation(ids::continuation_input(execution_id)),
+                    )
+                } else {
+                    // Nothing to continue (it was safe, superseded or empty): what
+                    // the session still has queued runs.
+                    self.wake(&session_id, Scope::Queued)
+                };
+                Ok(Continued {
+                    session_id,
+                    started: wake != Wake::Refused,
+                })
+            }
+        }
+    }
+
+    /// Discards a recovery wake or a quarantined claim (the inspector's "discard").
+    /// Returns the session.
+    pub async fn discard_execution(&self, execution_id: &str) -> Result<String> {
+        let clock = self.services.clock.clone();
+        let id = execution_id.to_string();
+        self.services
+            .db
+            .write(move |tx| inspector::discard(tx, &id, clock.now_ms()))
+            .await
+    }
+
+    /// Cancels the session's running execution (the user's Ctrl-C, Esc or ACP
+    /// `session/cancel`; protocol §4.8); false when none runs here.
     pub fn cancel(&self, session_id: &str) -> bool {
         self.coordinator.cancel(session_id)
     }
@@ -320,8 +385,12 @@ impl Engine {
             .clone()
     }
 
-    /// Cancels everything running here, waits for it, and unregisters the owner.
-    pub async fn shutdown(self) -> Result<()> {
+    /// Stops this engine. Executions still running are stopped without a user
+    /// cancellation and without writing (as if their claims were lost); their
+    /// claims are then expired and reconciled by a recovery pass, as after a crash,
+    /// so their wakes stay pending for the next launch. Then the owner is
+    /// unregistered. Returns the sessions that were stopped.
+    pub async fn shutdown(&self) -> Result<Vec<String>> {
         let background = self
             .background
             .lock()
@@ -330,15 +399,27 @@ impl Engine {
         if let Some(background) = background {
             background.stop().await;
         }
-        for session in self.coordinator.running() {
-            self.coordinator.cancel(&session);
-        }
+        let stopped = self.coordinator.stop_all();
         self.coordinator.wait_all_idle().await;
-        let owner = self.owner;
+        if !stopped.is_empty() {
+            tracing::info!(sessions = ?stopped, "shutdown stopped running executions: handing them to recovery");
+        }
+        // Whatever this owner still holds ran here and stopped: reconcile it now.
+        let (me, clock) = (self.owner.id.clone(), self.services.clock.clone());
+        let expired = self
+            .services
+            .db
+            .write(move |tx| crate::owner::expire_claims_of_dead(tx, &me, clock.now_ms()))
+            .await?;
+        if expired > 0 {
+            self.recover().await?;
+        }
+        let (id, lock_path) = (self.owner.id.clone(), self.owner.lock_path.clone());
         self.services
             .db
-            .with_conn(move |conn| owner.release(conn))
-            .await
+            .with_conn(move |conn| crate::owner::unregister(conn, &id, &lock_path))
+            .await?;
+        Ok(stopped)
     }
 }
 

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 /// Everything the engine can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Returned by every owner write (SPEC §4.4) and by the heartbeat (§4.2) when the
+    /// Returned by every owner write (protocol §4.4) and by the heartbeat (§4.2) when the
     /// claim no longer matches exactly one row: it expired, was taken over, cancelled or
     /// cleared. Never retry: the execution stops and never writes again.
     #[error("execution {execution_id} no longer holds its claim")]
     FenceLost { execution_id: String },
 
     /// Returned by acquisition and by `steward run` admission when another live owner
-    /// holds the session's claim (SPEC §4.3). Retry after that owner finishes.
+    /// holds the session's claim (protocol §4.3). Retry after that owner finishes.
     #[error("session {session_id} is busy: held by owner {owner_id}{owner_detail}")]
     SessionBusy {
         session_id: String,
@@ -22,7 +22,7 @@ pub enum Error {
     },
 
     /// Returned by [`crate::store::Store::open`] when the file must not be touched
-    /// (SPEC §2.3). The file is left byte-for-byte as it was. Not retryable.
+    /// (protocol §2.3). The file is left byte-for-byte as it was. Not retryable.
     #[error("refusing to open {}: {reason}", path.display())]
     DatabaseRefused { path: PathBuf, reason: String },
 
@@ -50,7 +50,7 @@ pub enum Error {
     Invalid(String),
 
     /// A stored row could not be decoded or violates the projection's rules
-    /// (SPEC §5.4 replay identity). The transaction rolled back.
+    /// (protocol §5.4 replay identity). The transaction rolled back.
     #[error("corrupt data: {0}")]
     Corrupt(String),
 

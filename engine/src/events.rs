@@ -1,4 +1,4 @@
-//! Event types (SPEC §3.2): the durable, append-only log every session change goes
+//! Event types (protocol §3.2): the durable, append-only log every session change goes
 //! through. `type` is stored in its own column and the payload in `data`; a type is
 //! never reused for another meaning.
 
@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::message::{Finish, MessageError, ProcessIdentity, Usage};
 use crate::phase::Phase;
 
-/// How an input asks to be run (SPEC §2.5 `session_input.delivery`).
+/// How an input asks to be run (protocol §2.5 `session_input.delivery`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
@@ -131,7 +131,7 @@ pub enum Event {
         error: MessageError,
     },
 
-    /// The user cancelled the execution (SPEC §4.8).
+    /// The user cancelled the execution (protocol §4.8).
     #[serde(rename = "step.interrupted")]
     StepInterrupted {
         execution_id: String,
@@ -139,7 +139,7 @@ pub enum Event {
         message_id: Option<String>,
     },
 
-    /// Recovery reconciled an interrupted execution (SPEC §5.3, §5.4).
+    /// Recovery reconciled an interrupted execution (protocol §5.3, §5.4).
     /// `stopped_tools` lists the calls whose leftover processes recovery stopped.
     #[serde(rename = "step.recovered")]
     StepRecovered {
@@ -222,7 +222,7 @@ impl Event {
     }
 }
 
-/// The write identity an event was committed under (SPEC §4.4): which owner, which
+/// The write identity an event was committed under (protocol §4.4): which owner, which
 /// execution, at which epoch. Admissions from users carry none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {

@@ -1,4 +1,4 @@
-//! Named fault-injection points (INTERFACE.md "Fault injection").
+//! Named fault-injection points, for the fault campaign (`tests/campaign.rs`).
 //!
 //! Built with the `failpoints` feature, `failpoint!("name")` consults tikv `fail`
 //! (configured from `FAILPOINTS` at start). `name=return` aborts the process on the

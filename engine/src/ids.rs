@@ -1,4 +1,4 @@
-//! Identifiers (SPEC §2.6): prefixed, time-sortable UUIDv7 strings, and the IDs
+//! Identifiers (protocol §2.6): prefixed, time-sortable UUIDv7 strings, and the IDs
 //! recovery *derives* from an execution ID so that running it twice, or in two
 //! processes, names the same rows.
 
@@ -30,12 +30,12 @@ pub fn new(prefix: &str, now_ms: i64) -> String {
 }
 
 /// `msg_rec_<execution id>`: the synthetic message recovery writes when the
-/// interrupted execution had no assistant (SPEC §5.4).
+/// interrupted execution had no assistant (protocol §5.4).
 pub fn recovery_message(execution_id: &str) -> String {
     format!("{RECOVERY_MESSAGE}{execution_id}")
 }
 
-/// `inp_rec_<execution id>`: the continuation input recovery admits (SPEC §5.3).
+/// `inp_rec_<execution id>`: the continuation input recovery admits (protocol §5.3).
 pub fn continuation_input(execution_id: &str) -> String {
     format!("{CONTINUATION_INPUT}{execution_id}")
 }
@@ -46,7 +46,7 @@ pub fn recovery_part(execution_id: &str) -> String {
 }
 
 /// `msg_int_<execution id>`: the synthetic message a user cancellation writes when
-/// the execution had not started an assistant yet (SPEC §4.8).
+/// the execution had not started an assistant yet (protocol §4.8).
 pub fn interrupted_message(execution_id: &str) -> String {
     format!("{INTERRUPTED_MESSAGE}{execution_id}")
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::claim::{CLAIM_COLUMNS, ClaimRow, ClaimState, claim_row, integer, text};
 use crate::error::Result;
-use crate::owner::{self, Liveness};
+use crate::owner::{self, Liveness, Owners};
 use crate::store::rows;
 
 /// A session's state in listings.
@@ -105,7 +105,7 @@ fn ids(conn: &Connection, sql: &str) -> Result<BTreeSet<String>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// `inspect --json` (INTERFACE.md).
+/// `inspect --json`: one snapshot of the inspector (README, "Run").
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Snapshot {
     pub owners: Vec<OwnerView>,
@@ -181,12 +181,13 @@ fn json_value(v: &rusqlite::types::Value) -> serde_json::Value {
     }
 }
 
-/// The inspector's snapshot at `now_ms`.
-pub fn snapshot(conn: &Connection, now_ms: i64) -> Result<Snapshot> {
+/// The inspector's snapshot at `now_ms`; owner liveness is probed through the lock
+/// files under `lock_files`.
+pub fn snapshot(conn: &Connection, lock_files: &Owners, now_ms: i64) -> Result<Snapshot> {
     let owners = owner::all(conn)?
         .into_iter()
         .map(|o| {
-            let alive = match owner::probe(&o) {
+            let alive = match owner::probe(lock_files, &o) {
                 Liveness::Alive => Some(true),
                 Liveness::Dead => Some(false),
                 Liveness::Unknown => None,

@@ -1,4 +1,4 @@
-//! The inspector's actions on what recovery left for the user (SPEC §5.2, §5.8, §5.9):
+//! The inspector's actions on what recovery left for the user (protocol §5.2, §5.8, §5.9):
 //! wake a pending or parked recovery wake, retry a quarantined claim, discard either.
 //! Each action is recorded as an `inspector.action` event in the session's log.
 
@@ -91,10 +91,12 @@ pub fn rearm_wake(
             "execution {execution_id} is a quarantined claim, not a wake: retry it instead"
         )));
     };
-    let pending = rows::input(tx, &input_id)?.is_some_and(|i| i.is_pending());
-    if !pending {
+    // The same checks as the redrive (protocol §5.7): a wake is re-armed only when its
+    // continuation is its own, in its session, and still pending — never to promote
+    // whatever input a damaged row names.
+    if let Err(reason) = crate::recovery::wakes::verify(tx, execution_id, &session_id, &input_id)? {
         return Err(Error::Invalid(format!(
-            "the continuation of {execution_id} was already promoted; nothing to wake"
+            "cannot wake {execution_id}: {reason}"
         )));
     }
     tx.execute(
@@ -169,6 +171,8 @@ fn close_open_tools(tx: &Transaction<'_>, row: &ClaimRow, now_ms: i64) -> Result
             .any(|p| matches!(p, crate::message::Part::Text { id, .. } if *id == ids::recovery_part(&row.id)))
     });
     if open && !already {
+        // Its dead owner's tool processes must not outlive the claim.
+        let stopped = crate::recovery::stop_leftover_processes(Some(&message));
         append_unowned(
             tx,
             &row.session_id,
@@ -177,7 +181,7 @@ fn close_open_tools(tx: &Transaction<'_>, row: &ClaimRow, now_ms: i64) -> Result
                 execution_id: row.id.clone(),
                 assistant_message_id: Some(id.clone()),
                 phase: Phase::Ready,
-                stopped_tools: Vec::new(),
+                stopped_tools: stopped.into_iter().map(|s| s.call_id).collect(),
             },
         )?;
     }

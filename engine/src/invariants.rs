@@ -8,7 +8,7 @@
 //! - `open_tool`: no tool is `pending`/`running` outside a live claim naming its
 //!   assistant (an interrupted execution waits for recovery until then);
 //! - `input_once`: every admitted input is promoted at most once, by the event its row
-//!   names, or is still pending (SPEC invariant 16);
+//!   names, or is still pending (protocol §6 invariant 16);
 //! - `recovery_rows`: every `session_recovery` row points at its own session's rows
 //!   through IDs derived from its execution (invariant 15);
 //! - `epoch`: along a session's events, an execution's epoch never decreases.
@@ -348,6 +348,7 @@ mod tests {
         assert_eq!(rules(&waiting), vec!["open_tool"]);
         let params = crate::recovery::Params {
             owner_id: "own_r".into(),
+            owners: crate::owner::Owners::new("/nonexistent/owners"),
             lease_ms: 30_000,
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
         };

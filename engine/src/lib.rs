@@ -4,7 +4,7 @@
 //! renewed by a heartbeat and checked (fenced) on every durable write. After a crash
 //! the next launch reconciles each interrupted execution into the transcript, never
 //! replays a provider or tool call, and continues the agent through a durable,
-//! exactly-once wake. The protocol is `SPEC.md`; this crate has no terminal and never
+//! exactly-once wake. The protocol is `docs/protocol.md`; this crate has no terminal and never
 //! writes to stdout.
 
 pub mod claim;

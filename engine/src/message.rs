@@ -1,27 +1,27 @@
-//! The shapes of the transcript (SPEC §3.3): what a `session_message.data` holds for
+//! The shapes of the transcript (protocol §3.3): what a `session_message.data` holds for
 //! each message type, and the exact strings recovery and cancellation write.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Recovery text when the interrupted step's provider outcome is unknown (SPEC §5.4).
+/// Recovery text when the interrupted step's provider outcome is unknown (protocol §5.4).
 pub const PROVIDER_OUTCOME_UNKNOWN: &str = "Provider Step outcome unknown after server restart";
-/// Recovery text otherwise (SPEC §5.4).
+/// Recovery text otherwise (protocol §5.4).
 pub const EXECUTION_INTERRUPTED_BY_RESTART: &str =
     "Session execution interrupted by server restart";
-/// Tool error recovery writes for a tool left pending or running (SPEC §5.4).
+/// Tool error recovery writes for a tool left pending or running (protocol §5.4).
 pub const TOOL_OUTCOME_UNKNOWN: &str = "Tool execution outcome unknown after server restart";
 /// Appended to [`TOOL_OUTCOME_UNKNOWN`] when recovery found the tool's processes
 /// still running and stopped them.
 pub const TOOL_PROCESS_STOPPED: &str =
     "its processes were still running after the owner died and recovery stopped them";
-/// Error a user cancellation writes on the assistant (SPEC §4.8).
+/// Error a user cancellation writes on the assistant (protocol §4.8).
 pub const EXECUTION_INTERRUPTED: &str = "Session execution interrupted";
-/// Error a user cancellation writes on a pending or running tool (SPEC §4.8).
+/// Error a user cancellation writes on a pending or running tool (protocol §4.8).
 pub const TOOL_INTERRUPTED: &str = "Tool execution interrupted";
-/// The continuation input's text (SPEC §5.6).
+/// The continuation input's text (protocol §5.6).
 pub const CONTINUATION_TEXT: &str = "The server restarted while you were working. Continue from where you left off without repeating completed work.";
-/// The label the transcript shows for a continuation (SPEC §5.6).
+/// The label the transcript shows for a continuation (protocol §5.6).
 pub const CONTINUATION_LABEL: &str = "Continuing after restart";
 
 /// `session_message.type`.
@@ -200,7 +200,7 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
-/// An assistant message (SPEC §3.3).
+/// An assistant message (protocol §3.3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantData {
     pub execution_id: String,

@@ -1,11 +1,17 @@
-//! Owners (SPEC §4.11): each engine instance registers an `owner` row and holds an
+//! Owners (protocol §4.11): each engine instance registers an `owner` row and holds an
 //! exclusive OS lock on its own file under `<data dir>/owners/` for its whole life.
 //! The kernel releases that lock when the process dies, however it dies, so "the lock
 //! can be taken" proves the owner dead — but only on this host, and only with the
 //! lock file in hand. Without that proof only time expires a claim.
+//!
+//! A lock file's path is always derived from the owner id ([`Owners::lock_path`]),
+//! never read from the `owner.lock_path` column: a damaged, copied or hostile
+//! database must never make Steward create, lock or delete a file outside its data
+//! directory. An id that is not `own_` followed by letters, digits, `-` or `_` has
+//! no lock file, so its owner is never proven dead.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, Row, Transaction, params};
@@ -13,6 +19,39 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::ids;
+
+/// The directory of owner lock files, `<data dir>/owners`. Lock paths come only from
+/// here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owners {
+    dir: PathBuf,
+}
+
+impl Owners {
+    pub fn new(dir: impl Into<PathBuf>) -> Owners {
+        Owners { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<dir>/<owner id>.lock`, or `None` when the id is not a well-formed owner id
+    /// (it could name a path elsewhere).
+    pub fn lock_path(&self, owner_id: &str) -> Option<PathBuf> {
+        is_owner_id(owner_id).then(|| self.dir.join(format!("{owner_id}.lock")))
+    }
+}
+
+/// `own_` followed by at least one letter, digit, `-` or `_`.
+fn is_owner_id(id: &str) -> bool {
+    id.strip_prefix(ids::OWNER).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
 
 /// A registered, locked owner: this engine instance.
 #[derive(Debug)]
@@ -50,8 +89,8 @@ pub enum Liveness {
 impl Owner {
     /// Creates and locks a lock file under `owners_dir`, then records the owner.
     /// The lock is taken before the row exists, so no probe can see the row unlocked.
-    pub fn register(tx: &Transaction<'_>, owners_dir: &Path, now_ms: i64) -> Result<Owner> {
-        let owner = Owner::lock(owners_dir, now_ms)?;
+    pub fn register(tx: &Transaction<'_>, owners: &Owners, now_ms: i64) -> Result<Owner> {
+        let owner = Owner::lock(owners, now_ms)?;
         tx.execute(
             "INSERT INTO owner (id, pid, hostname, time_started, lock_path) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
@@ -65,17 +104,25 @@ impl Owner {
         Ok(owner)
     }
 
-    /// Creates and locks this instance's lock file (no database write).
-    pub fn lock(owners_dir: &Path, now_ms: i64) -> Result<Owner> {
-        std::fs::create_dir_all(owners_dir).map_err(|e| Error::DatabaseAccess {
-            path: owners_dir.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    /// Creates and locks this instance's lock file (no database write). The
+    /// directory is made `0700` and the file `0600`.
+    pub fn lock(owners: &Owners, now_ms: i64) -> Result<Owner> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(owners.dir())
+            .map_err(|e| Error::DatabaseAccess {
+                path: owners.dir().to_path_buf(),
+                reason: e.to_string(),
+            })?;
         let id = ids::new(ids::OWNER, now_ms);
-        let lock_path = owners_dir.join(format!("{id}.lock"));
+        let lock_path = owners
+            .lock_path(&id)
+            .ok_or_else(|| Error::Invalid(format!("generated a malformed owner id {id}")))?;
         let file = OpenOptions::new()
             .create_new(true)
             .write(true)
+            .mode(0o600)
             .open(&lock_path)?;
         file.try_lock().map_err(|e| match e {
             TryLockError::Error(e) => Error::Io(e),
@@ -94,14 +141,20 @@ impl Owner {
     }
 
     /// Unregisters on a clean shutdown: the row goes if no claim names it, and the
-    /// lock file goes with it. Claims still held stay for recovery.
-    pub fn release(self, conn: &mut Connection) -> Result<()> {
-        let removed = crate::store::write(conn, |tx| remove_if_idle(tx, &self.id))?;
-        if removed {
-            let _ = std::fs::remove_file(&self.lock_path);
-        }
-        Ok(())
+    /// lock file goes with it (the lock itself is held until the owner is dropped).
+    /// Claims still held stay for recovery.
+    pub fn release(&self, conn: &mut Connection) -> Result<()> {
+        unregister(conn, &self.id, &self.lock_path)
     }
+}
+
+/// [`Owner::release`] by id and lock path, for callers that keep the [`Owner`].
+pub fn unregister(conn: &mut Connection, owner_id: &str, lock_path: &Path) -> Result<()> {
+    let removed = crate::store::write(conn, |tx| remove_if_idle(tx, owner_id))?;
+    if removed {
+        let _ = std::fs::remove_file(lock_path);
+    }
+    Ok(())
 }
 
 fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
@@ -141,20 +194,28 @@ pub fn remove_if_idle(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// Is `owner` provably dead? Only an owner of this host whose lock file exists and
-/// can be locked is. Never says `Dead` for a live process.
-pub fn probe(owner: &OwnerRow) -> Liveness {
+/// Is `owner` provably dead? Only an owner of this host whose lock file (derived
+/// from its id, under `owners`) exists and can be locked is. Never says `Dead` for a
+/// live process. Opens the lock file read-only, never creates it, and follows no
+/// symbolic link.
+pub fn probe(owners: &Owners, owner: &OwnerRow) -> Liveness {
     if owner.hostname != hostname() {
         return Liveness::Unknown;
     }
-    let Some(path) = owner.lock_path.as_deref() else {
+    let Some(path) = owners.lock_path(&owner.id) else {
         return Liveness::Unknown;
     };
-    let file = match OpenOptions::new().read(true).open(path) {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
         Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Liveness::Unknown,
         Err(_) => return Liveness::Unknown,
     };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Liveness::Unknown;
+    }
     match file.try_lock() {
         Ok(()) => Liveness::Dead,
         Err(TryLockError::WouldBlock) => Liveness::Alive,
@@ -163,7 +224,7 @@ pub fn probe(owner: &OwnerRow) -> Liveness {
 }
 
 /// Expires at once (`expires_at = now`) the live claims of an owner proven dead, so
-/// recovery can take them without waiting out the lease (SPEC §4.11). Claims whose
+/// recovery can take them without waiting out the lease (protocol §4.11). Claims whose
 /// `expires_at` is not an integer are left for recovery to quarantine.
 pub fn expire_claims_of_dead(tx: &Transaction<'_>, owner_id: &str, now_ms: i64) -> Result<usize> {
     Ok(tx.execute(
@@ -174,10 +235,11 @@ pub fn expire_claims_of_dead(tx: &Transaction<'_>, owner_id: &str, now_ms: i64) 
     )?)
 }
 
-/// Removes a dead owner: its row when it holds no claim, and then its lock file.
-pub fn forget_dead(tx: &Transaction<'_>, owner: &OwnerRow) -> Result<bool> {
+/// Removes a dead owner: its row when it holds no claim, and then its lock file —
+/// the one derived from its id under `owners`, never the path the row names.
+pub fn forget_dead(tx: &Transaction<'_>, owners: &Owners, owner: &OwnerRow) -> Result<bool> {
     let removed = remove_if_idle(tx, &owner.id)?;
-    if removed && let Some(path) = &owner.lock_path {
+    if removed && let Some(path) = owners.lock_path(&owner.id) {
         let _ = std::fs::remove_file(path);
     }
     Ok(removed)
@@ -226,10 +288,9 @@ mod tests {
     #[test]
     fn r4_11_a_registered_owner_is_alive_while_it_holds_its_lock() {
         let dir = tempfile::tempdir().unwrap();
+        let owners = Owners::new(dir.path().join("owners"));
         let mut store = store();
-        let owner = store
-            .write(|tx| Owner::register(tx, dir.path(), 5))
-            .unwrap();
+        let owner = store.write(|tx| Owner::register(tx, &owners, 5)).unwrap();
         let rows = all(store.conn()).unwrap();
         assert_eq!(
             rows,
@@ -241,39 +302,117 @@ mod tests {
                 lock_path: Some(owner.lock_path.to_string_lossy().into_owned()),
             }]
         );
-        assert_eq!(probe(&rows[0]), Liveness::Alive);
+        assert_eq!(Some(owner.lock_path.clone()), owners.lock_path(&owner.id));
+        assert_eq!(probe(&owners, &rows[0]), Liveness::Alive);
         owner.release(store.conn_mut()).unwrap();
         assert_eq!(all(store.conn()).unwrap(), vec![]);
         assert!(!rows[0].lock_path.as_ref().map(Path::new).unwrap().exists());
     }
 
     #[test]
+    fn owner_directories_and_lock_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let owners = Owners::new(dir.path().join("owners"));
+        let owner = Owner::lock(&owners, 5).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(owners.dir()), mode(&owner.lock_path)), (0o700, 0o600));
+    }
+
+    #[test]
     fn r4_11_only_a_lockable_lock_file_on_this_host_proves_death() {
         let dir = tempfile::tempdir().unwrap();
-        let unlocked = dir.path().join("own_dead.lock");
-        std::fs::write(&unlocked, b"").unwrap();
+        let owners = Owners::new(dir.path());
+        std::fs::write(dir.path().join("own_dead.lock"), b"").unwrap();
         assert_eq!(
-            probe(&row("own_dead", hostname(), Some(&unlocked))),
+            probe(&owners, &row("own_dead", hostname(), None)),
             Liveness::Dead
         );
         assert_eq!(
-            probe(&row(
-                "own_far",
-                format!("{}-elsewhere", hostname()),
-                Some(&unlocked)
-            )),
+            probe(
+                &owners,
+                &row("own_dead", format!("{}-elsewhere", hostname()), None)
+            ),
             Liveness::Unknown
         );
-        let missing = dir.path().join("own_gone.lock");
         assert_eq!(
-            probe(&row("own_gone", hostname(), Some(&missing))),
+            probe(&owners, &row("own_gone", hostname(), None)),
             Liveness::Unknown
         );
-        assert_eq!(probe(&row("own_none", hostname(), None)), Liveness::Unknown);
+    }
+
+    #[test]
+    fn r4_11_a_stored_lock_path_is_never_trusted() {
+        // The row names a user's file outside the data directory: the probe looks
+        // only at the path derived from the id, so the user's file proves nothing.
+        let home = tempfile::tempdir().unwrap();
+        let users_file = home.path().join("notes.txt");
+        std::fs::write(&users_file, b"keep me").unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let owners = Owners::new(data.path().join("owners"));
+        let hostile = row("own_x", hostname(), Some(&users_file));
+        assert_eq!(probe(&owners, &hostile), Liveness::Unknown);
+
+        let mut store = store();
+        store
+            .conn()
+            .execute(
+                "INSERT INTO owner VALUES ('own_x', 1, ?1, 0, ?2)",
+                rusqlite::params![hostname(), users_file.to_string_lossy()],
+            )
+            .unwrap();
+        assert!(
+            store
+                .write(|tx| forget_dead(tx, &owners, &hostile))
+                .unwrap()
+        );
+        assert_eq!(std::fs::read(&users_file).unwrap(), b"keep me");
+    }
+
+    #[test]
+    fn r4_11_a_malformed_owner_id_has_no_lock_file() {
+        let data = tempfile::tempdir().unwrap();
+        let owners = Owners::new(data.path().join("owners"));
+        std::fs::create_dir_all(owners.dir()).unwrap();
+        // A lockable file that a traversal in the id would reach.
+        std::fs::write(data.path().join("victim.lock"), b"").unwrap();
+        for id in [
+            "own_../victim",
+            "own_",
+            "exe_1",
+            "own_a/b",
+            "own_a b",
+            "../own_a",
+        ] {
+            assert_eq!(owners.lock_path(id), None, "{id}");
+            assert_eq!(
+                probe(&owners, &row(id, hostname(), None)),
+                Liveness::Unknown,
+                "{id}"
+            );
+        }
+        assert!(data.path().join("victim.lock").exists());
+        assert_eq!(
+            owners.lock_path("own_01JX-a_b"),
+            Some(owners.dir().join("own_01JX-a_b.lock"))
+        );
+    }
+
+    #[test]
+    fn r4_11_a_symlinked_lock_file_proves_nothing() {
+        let data = tempfile::tempdir().unwrap();
+        let owners = Owners::new(data.path());
+        let elsewhere = tempfile::NamedTempFile::new().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), data.path().join("own_link.lock")).unwrap();
+        assert_eq!(
+            probe(&owners, &row("own_link", hostname(), None)),
+            Liveness::Unknown
+        );
     }
 
     #[test]
     fn r4_11_a_dead_owners_live_claims_expire_at_once_and_it_is_forgotten_when_idle() {
+        let owners = Owners::new("/nonexistent/owners");
         let mut store = store();
         store
             .conn()
@@ -303,13 +442,13 @@ mod tests {
         );
         let dead = get(store.conn(), "own_dead").unwrap().unwrap();
         assert!(
-            !store.write(|tx| forget_dead(tx, &dead)).unwrap(),
+            !store.write(|tx| forget_dead(tx, &owners, &dead)).unwrap(),
             "forgot an owner with a claim"
         );
         store
             .conn()
             .execute("DELETE FROM session_execution WHERE id = 'exe_1'", [])
             .unwrap();
-        assert!(store.write(|tx| forget_dead(tx, &dead)).unwrap());
+        assert!(store.write(|tx| forget_dead(tx, &owners, &dead)).unwrap());
     }
 }

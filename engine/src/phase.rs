@@ -1,4 +1,4 @@
-//! The claim phase (SPEC §4.6) and its one transition function.
+//! The claim phase (protocol §4.6) and its one transition function.
 //!
 //! `ready`: claimed, no provider request in flight. `unknown`: a provider (or
 //! compaction) request was dispatched and its step is not durably ended yet. `safe`: a

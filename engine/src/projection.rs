@@ -1,4 +1,4 @@
-//! Projections as pure folds (SPEC §3.1): `apply(&mut Projection, &EventRecord)`
+//! Projections as pure folds (protocol §3.1): `apply(&mut Projection, &EventRecord)`
 //! turns one event into rows of `session`, `session_message` and `session_input`.
 //!
 //! The store loads only the rows an event touches ([`needs`]), applies the event and

@@ -1,4 +1,4 @@
-//! Crash recovery (SPEC §5): reconcile every interrupted execution into the
+//! Crash recovery (protocol §5): reconcile every interrupted execution into the
 //! transcript, never replay a provider or tool call, and leave a durable wake that
 //! continues the agent exactly once.
 //!
@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::events::{Delivery, Event};
 use crate::ids;
 use crate::message::{CONTINUATION_TEXT, MessageData, MessageKind, ToolStatus};
-use crate::owner::{self, Liveness, OwnerRow};
+use crate::owner::{self, Liveness, OwnerRow, Owners};
 use crate::phase::Phase;
 use crate::store::rows;
 use crate::tools::process::{self, Leftover};
@@ -39,7 +39,7 @@ pub const BATCH: usize = 100;
 /// gone backwards.
 pub const CLOCK_SLACK_MS: i64 = 10_000;
 /// Consecutive recoveries of a session, without a step ending normally in between,
-/// after which its wake is parked for the user (SPEC §5.8).
+/// after which its wake is parked for the user (protocol §5.8).
 pub const CRASH_LOOP_LIMIT: i64 = 3;
 pub const CRASH_LOOP_ERROR: &str =
     "Execution was interrupted repeatedly and will not be resumed automatically.";
@@ -49,6 +49,8 @@ pub const CRASH_LOOP_ERROR: &str =
 pub struct Params {
     /// The recovering owner.
     pub owner_id: String,
+    /// Where owner lock files live (the death probe, protocol §4.11).
+    pub owners: Owners,
     pub lease_ms: i64,
     pub slack_ms: i64,
 }
@@ -78,6 +80,9 @@ pub struct QuarantinedRow {
     pub execution_id: String,
     pub session_id: String,
     pub reason: String,
+    /// Tool process groups the claim's dead owner left running, stopped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stopped_processes: Vec<StoppedProcess>,
 }
 
 /// What a pass did (`recover --json`).
@@ -108,10 +113,15 @@ pub struct Cursor {
 
 /// Probes every other owner; a provably dead one has its live claims expired now.
 /// Returns the dead owners.
-pub fn expire_dead_owners(tx: &Transaction<'_>, me: &str, now_ms: i64) -> Result<Vec<OwnerRow>> {
+pub fn expire_dead_owners(
+    tx: &Transaction<'_>,
+    me: &str,
+    owners: &Owners,
+    now_ms: i64,
+) -> Result<Vec<OwnerRow>> {
     let mut dead = Vec::new();
     for owner in owner::all(tx)? {
-        if owner.id != me && owner::probe(&owner) == Liveness::Dead {
+        if owner.id != me && owner::probe(owners, &owner) == Liveness::Dead {
             owner::expire_claims_of_dead(tx, &owner.id, now_ms)?;
             dead.push(owner);
         }
@@ -120,9 +130,9 @@ pub fn expire_dead_owners(tx: &Transaction<'_>, me: &str, now_ms: i64) -> Result
 }
 
 /// Removes dead owners that hold no claim any more, with their lock files.
-pub fn forget_dead_owners(tx: &Transaction<'_>, dead: &[OwnerRow]) -> Result<()> {
+pub fn forget_dead_owners(tx: &Transaction<'_>, owners: &Owners, dead: &[OwnerRow]) -> Result<()> {
     for owner in dead {
-        owner::forget_dead(tx, owner)?;
+        owner::forget_dead(tx, owners, owner)?;
     }
     Ok(())
 }
@@ -231,7 +241,7 @@ fn attempt(
                 let reason = one_line(&format!("recovery failed: {error}"));
                 tracing::warn!(execution = %row.id, %reason, "quarantining a claim");
                 outcomes.push(match quarantine_row(&tx, row, p, now_ms, &reason)? {
-                    true => RowOutcome::Quarantined(reason),
+                    true => RowOutcome::Quarantined(reason, Vec::new()),
                     false => RowOutcome::Skipped,
                 });
             }
@@ -244,11 +254,13 @@ fn attempt(
 /// One recovery pass, step by step: [`Pass::begin`] (the owner-death probe), then
 /// [`Pass::next_batch`] until [`Pass::is_done`], then [`Pass::finish`]. The engine runs
 /// each step as its own job on the writer, so heartbeats and commits interleave with
-/// a long pass; [`pass`] runs them all on one connection.
+/// a long pass, and reads the clock inside each job: a batch judges expiry by the
+/// time it runs, so a claim renewed while an earlier batch ran is neither taken for
+/// expired nor for "far ahead" (the clock went back). [`pass`] runs every step on one
+/// connection at one time.
 #[derive(Debug)]
 pub struct Pass {
     params: Params,
-    now_ms: i64,
     started: Instant,
     dead: Vec<OwnerRow>,
     cursor: Cursor,
@@ -259,15 +271,15 @@ impl Pass {
     /// Probes the other owners; a provably dead one's claims expire now.
     pub fn begin(conn: &mut Connection, params: Params, now_ms: i64) -> Result<Pass> {
         let started = Instant::now();
-        let dead =
-            crate::store::write(conn, |tx| expire_dead_owners(tx, &params.owner_id, now_ms))?;
+        let dead = crate::store::write(conn, |tx| {
+            expire_dead_owners(tx, &params.owner_id, &params.owners, now_ms)
+        })?;
         let report = RecoveryReport {
             dead_owners: dead.iter().map(|o| o.id.clone()).collect(),
             ..RecoveryReport::default()
         };
         Ok(Pass {
             params,
-            now_ms,
             started,
             dead,
             cursor: Cursor::default(),
@@ -279,12 +291,12 @@ impl Pass {
         self.cursor.done
     }
 
-    /// Recovers the next batch (one write transaction).
-    pub fn next_batch(&mut self, conn: &mut Connection) -> Result<()> {
+    /// Recovers the next batch (one write transaction) as of `now_ms`.
+    pub fn next_batch(&mut self, conn: &mut Connection, now_ms: i64) -> Result<()> {
         recover_batch(
             conn,
             &self.params,
-            self.now_ms,
+            now_ms,
             &mut self.cursor,
             &mut self.report,
         )?;
@@ -299,7 +311,9 @@ impl Pass {
         if !self.report.recovered.is_empty() {
             crate::failpoint!("recovery.after_commit");
         }
-        crate::store::write(conn, |tx| forget_dead_owners(tx, &self.dead))?;
+        crate::store::write(conn, |tx| {
+            forget_dead_owners(tx, &self.params.owners, &self.dead)
+        })?;
         self.report.duration_ms = self.started.elapsed().as_millis() as u64;
         Ok(self.report)
     }
@@ -309,7 +323,7 @@ impl Pass {
 pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryReport> {
     let mut pass = Pass::begin(conn, p.clone(), now_ms)?;
     while !pass.is_done() {
-        pass.next_batch(conn)?;
+        pass.next_batch(conn, now_ms)?;
     }
     pass.finish(conn)
 }
@@ -317,7 +331,7 @@ pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryRe
 #[derive(Debug)]
 enum RowOutcome {
     Skipped,
-    Quarantined(String),
+    Quarantined(String, Vec<StoppedProcess>),
     DiscardedSafe,
     DiscardedEmpty,
     Superseded,
@@ -328,10 +342,11 @@ impl RowOutcome {
     fn record(self, row: &ClaimRow, report: &mut RecoveryReport) {
         match self {
             RowOutcome::Skipped => report.skipped_live += 1,
-            RowOutcome::Quarantined(reason) => report.quarantined.push(QuarantinedRow {
+            RowOutcome::Quarantined(reason, stopped) => report.quarantined.push(QuarantinedRow {
                 execution_id: row.id.clone(),
                 session_id: row.session_id.clone(),
                 reason,
+                stopped_processes: stopped,
             }),
             RowOutcome::DiscardedSafe => report.discarded_safe += 1,
             RowOutcome::DiscardedEmpty => report.discarded_empty += 1,
@@ -366,7 +381,7 @@ fn recover_row(
     let far_ahead = row
         .expires_at()
         .is_some_and(|at| at > now_ms + p.lease_ms + p.slack_ms);
-    if far_ahead && owner_lives(tx, &row.owner_id)? {
+    if far_ahead && owner_lives(tx, &p.owners, &row.owner_id)? {
         return Ok(RowOutcome::Skipped);
     }
     let Some(claim) = claim::takeover(tx, row, &p.owner_id, now_ms, p.lease_ms, p.slack_ms)? else {
@@ -376,7 +391,12 @@ fn recover_row(
     match decode(tx, row, p, now_ms)? {
         Err(reason) => {
             claim::quarantine(tx, &claim, &reason, now_ms)?;
-            Ok(RowOutcome::Quarantined(reason))
+            let assistant = readable_assistant(tx, row);
+            let stopped = stopped
+                .entry(claim.execution_id.clone())
+                .or_insert_with(|| stop_leftover_processes(assistant.as_ref()))
+                .clone();
+            Ok(RowOutcome::Quarantined(reason, stopped))
         }
         Ok(Decoded::Safe) => {
             claim::delete_exact(tx, &claim)?;
@@ -405,6 +425,19 @@ fn recover_row(
                 .map(RowOutcome::Recovered)
         }
     }
+}
+
+/// The claim's assistant when it can be read and belongs to the claim's session
+/// (used only to find processes to stop; never written on a quarantined row's
+/// behalf).
+pub(crate) fn readable_assistant(
+    conn: &Connection,
+    row: &ClaimRow,
+) -> Option<crate::projection::MessageRow> {
+    let id = row.assistant_message_id.as_deref()?;
+    let message = rows::message(conn, id).ok()??;
+    (message.session_id == row.session_id && message.data.kind() == MessageKind::Assistant)
+        .then_some(message)
 }
 
 /// Decodes what was read before anything is written on its behalf. `Ok(Err(reason))`
@@ -486,7 +519,7 @@ fn decode(
     }))
 }
 
-/// The one-transaction reconciliation of SPEC §5.3 step 5.
+/// The one-transaction reconciliation of protocol §5.3 step 5.
 fn reconcile(
     tx: &Transaction<'_>,
     claim: &Claim,
@@ -549,8 +582,8 @@ fn reconcile(
 }
 
 /// Whether `owner_id` is provably alive: on this host, holding its lock.
-fn owner_lives(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
-    Ok(owner::get(tx, owner_id)?.is_some_and(|o| owner::probe(&o) == Liveness::Alive))
+fn owner_lives(tx: &Transaction<'_>, owners: &Owners, owner_id: &str) -> Result<bool> {
+    Ok(owner::get(tx, owner_id)?.is_some_and(|o| owner::probe(owners, &o) == Liveness::Alive))
 }
 
 /// Whether any event of the session was written by this execution.
@@ -562,20 +595,32 @@ fn wrote_events(tx: &Transaction<'_>, session_id: &str, execution_id: &str) -> R
         .query_row(params![session_id, execution_id], |r| r.get(0))?)
 }
 
-/// Recoveries of a session since its last normally ended step.
+/// Recoveries of a session since its last progress (protocol §5.8): a step that ended
+/// with a finish other than `tool-calls` (a step that asks for tools ends normally
+/// before the tools run, so it proves nothing about them), or a tool result written
+/// by an execution (`tool.completed` / `tool.failed`; recovery and cancellation
+/// write neither). A tool that kills Steward every time is therefore parked.
 fn consecutive_recoveries(tx: &Transaction<'_>, session_id: &str) -> Result<i64> {
     Ok(tx
         .prepare_cached(
             "SELECT count(*) FROM event WHERE aggregate_id = ?1 AND type = 'step.recovered'
-             AND seq > COALESCE((SELECT MAX(seq) FROM event
-                                 WHERE aggregate_id = ?1 AND type = 'step.ended'), -1)",
+             AND seq > MAX(
+                 COALESCE((SELECT MAX(seq) FROM event
+                           WHERE aggregate_id = ?1 AND type = 'tool.completed'), -1),
+                 COALESCE((SELECT MAX(seq) FROM event
+                           WHERE aggregate_id = ?1 AND type = 'tool.failed'), -1),
+                 COALESCE((SELECT seq FROM event
+                           WHERE aggregate_id = ?1 AND type = 'step.ended'
+                             AND json_extract(data, '$.finish') IS NOT 'tool-calls'
+                           ORDER BY seq DESC LIMIT 1), -1))",
         )?
         .query_row([session_id], |r| r.get(0))?)
 }
 
 /// Stops the process groups of the assistant's running tools that are provably still
-/// theirs (issue: tool processes never outlive their owner).
-fn stop_leftover_processes(
+/// theirs: tool processes never outlive their owner, whatever becomes of its claim
+/// (reconciled, quarantined or discarded).
+pub(crate) fn stop_leftover_processes(
     assistant: Option<&crate::projection::MessageRow>,
 ) -> Vec<StoppedProcess> {
     let Some(MessageData::Assistant(a)) = assistant.map(|m| &m.data) else {

@@ -11,7 +11,7 @@
 //! heartbeat that finds zero rows, stops the execution at once with no further
 //! dispatch and no further write. A user cancellation stops the provider stream and
 //! the tool's process group first, then commits `step.interrupted` and deletes the
-//! claim in one transaction (SPEC §4.8).
+//! claim in one transaction (protocol §4.8).
 
 mod compaction;
 mod step;
@@ -236,7 +236,7 @@ impl Execution {
         Ok(out)
     }
 
-    /// The dispatch boundary (SPEC §4.5): the self-fence, then a fenced check in its
+    /// The dispatch boundary (protocol §4.5): the self-fence, then a fenced check in its
     /// own transaction; the caller sends right after, with no other await between.
     async fn dispatch_boundary(&self, change: Option<PhaseChange>) -> Flow<()> {
         self.may_dispatch()?;
@@ -249,7 +249,7 @@ impl Execution {
         self.may_dispatch()
     }
 
-    /// Neither cancelled nor lost, and within the owner's own deadline (SPEC §4.4a).
+    /// Neither cancelled nor lost, and within the owner's own deadline (protocol §4.4a).
     fn may_dispatch(&self) -> Flow<()> {
         self.check_stop()?;
         if !self.fence.holds() {
@@ -263,9 +263,11 @@ impl Execution {
     async fn promote(&mut self, scope: &Scope) -> Flow<usize> {
         let session_id = self.claim.session_id.clone();
         let scope_owned = scope.clone();
+        let auto_continue = self.services.config.recovery.auto_continue;
         let promoted = self
             .commit(move |f| {
-                let inputs = sessions::promotable(f.tx(), &session_id, &scope_owned)?;
+                let inputs =
+                    sessions::promotable(f.tx(), &session_id, &scope_owned, auto_continue)?;
                 for input in &inputs {
                     f.append(Event::InputPromoted {
                         input_id: input.id.clone(),

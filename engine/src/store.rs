@@ -1,4 +1,4 @@
-//! The SQLite store (SPEC §2): opening any file safely, migrations, and the
+//! The SQLite store (protocol §2): opening any file safely, migrations, and the
 //! transaction helpers every write goes through.
 //!
 //! Opening looks before it writes ([`open::preflight`]): a file Steward must not touch
@@ -12,6 +12,7 @@ pub mod open;
 pub mod rows;
 pub mod sessions;
 
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use open::{Preflight, access, classify};
 /// process; `engine/benches/store.rs` measures its cost against `NORMAL`.
 pub const SYNCHRONOUS: &str = "FULL";
 
-/// `PRAGMA busy_timeout` (SPEC §2.1).
+/// `PRAGMA busy_timeout` (protocol §2.1).
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// One read-write connection to the database.
@@ -51,6 +52,7 @@ impl Store {
         }
         let mut conn = open_read_write(path)?;
         migrate_or_refuse(&mut conn, path, known, clock)?;
+        make_private(path);
         Ok(Store {
             conn,
             path: Some(path.to_path_buf()),
@@ -184,6 +186,13 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
     remove_stale_temporaries(dir, &name);
     let temp = dir.join(format!(".{name}.creating-{}", std::process::id()));
     let _ = std::fs::remove_file(&temp);
+    // Created `0600` before SQLite opens it: its `-wal`/`-shm` take the same mode.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(|e| access(&temp, e.to_string()))?;
     {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -203,6 +212,33 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(access(path, e.to_string())),
+    }
+}
+
+/// Transcripts hold file contents and command output: the database and its
+/// `-wal`/`-shm` are readable by their owner only. Tightens a file an older build
+/// left readable by others; a file this user does not own is left alone.
+fn make_private(path: &Path) {
+    for file in [
+        path.to_path_buf(),
+        open::sidecar(path, "-wal"),
+        open::sidecar(path, "-shm"),
+    ] {
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.permissions().mode() & 0o077 != 0
+            && meta.uid() == current_uid()
+        {
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
+/// This process's user id.
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getuid()
     }
 }
 

@@ -249,6 +249,29 @@ impl Tool for FakeTool {
     }
 }
 
+/// A tool whose run never ends and ignores every stop signal (a read blocked on a
+/// FIFO, a hung network file system).
+#[derive(Debug)]
+pub(crate) struct HangingTool;
+
+impl Tool for HangingTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "hang".into(),
+            description: "never ends".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn prepare(&self, _ctx: &ToolContext, _input: &Value) -> BoxFuture<Result<Prepared, String>> {
+        Box::pin(async move {
+            Ok(Prepared::new(None, move |_stop| {
+                Box::pin(std::future::pending::<ToolOutput>())
+            }))
+        })
+    }
+}
+
 /// A permission that blocks until released, then answers as told.
 #[derive(Debug)]
 pub(crate) struct GatePermission {
@@ -302,6 +325,8 @@ pub(crate) enum Stage {
     Tools,
     /// As `Tools`, with this process recorded for the running call.
     ToolsWithProcess(crate::message::ProcessIdentity),
+    /// The step asked for one tool, which was running (no tool finished).
+    ToolRunning,
 }
 
 /// A session whose execution (owner `own_gone`) was interrupted at `stage`.
@@ -363,6 +388,21 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 usage: None,
             })?;
             f.change_phase(PhaseChange::StepSettled)?;
+            if matches!(stage, Stage::ToolRunning) {
+                f.append(Event::ToolCalled {
+                    message_id: message.clone(),
+                    part_id: "prt_running".into(),
+                    call_id: "running".into(),
+                    tool: "run_command".into(),
+                    input: serde_json::json!({"command": "crash"}),
+                })?;
+                f.append(Event::ToolStarted {
+                    message_id: message,
+                    call_id: "running".into(),
+                    process: None,
+                })?;
+                return Ok(claim.execution_id);
+            }
             for call in ["done", "running", "pending"] {
                 f.append(Event::ToolCalled {
                     message_id: message.clone(),

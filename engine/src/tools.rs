@@ -1,10 +1,12 @@
 //! Tools the agent calls: `read_file`, `list_dir`, `write_file`, `run_command`, and
 //! the permission policy that decides whether a call may run.
 //!
-//! A call is prepared first ([`Tool::prepare`]) and run second ([`Prepared::run`]).
-//! Between the two the runner commits `tool.started` — with the process identity
-//! when the tool has a process — so nothing that matters happens before the
-//! transcript knows the tool is running and which process is it.
+//! A call is assessed first ([`Tool::assess`]: does it reach outside the session's
+//! directory?), then prepared ([`Tool::prepare`]) and run ([`Prepared::run`]).
+//! Between preparing and running the runner commits `tool.started` — with the
+//! process identity when the tool has a process — so nothing that matters happens
+//! before the transcript knows the tool is running and which process is it. The
+//! runner races every run against cancellation, claim loss and [`Tool::timeout`].
 
 pub mod command;
 pub mod fs;
@@ -32,9 +34,23 @@ pub struct ToolContext {
     /// The session's directory: the base of relative paths and the commands' cwd.
     pub directory: PathBuf,
     pub config: ToolsConfig,
+    /// The user allowed this call to reach outside the session's directory.
+    pub allow_outside: bool,
+}
+
+/// A path a file tool would touch, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// Absolute, with every symbolic link followed (for a path that does not exist
+    /// yet: its nearest existing ancestor's, plus the rest).
+    pub path: PathBuf,
+    /// Whether it lies inside the session's (resolved) directory.
+    pub inside: bool,
 }
 
 impl ToolContext {
+    /// `path` made absolute against the session's directory, without looking at the
+    /// file system.
     pub fn resolve(&self, path: &str) -> PathBuf {
         let path = Path::new(path);
         if path.is_absolute() {
@@ -43,6 +59,54 @@ impl ToolContext {
             self.directory.join(path)
         }
     }
+
+    /// Resolves `path` on the file system (after symbolic links) and says whether it
+    /// lies inside the session's directory. A path that does not exist yet may not
+    /// climb out with `..` past its existing part.
+    pub fn locate(&self, path: &str) -> Result<Located, String> {
+        let wanted = self.resolve(path);
+        let mut existing = wanted.as_path();
+        let mut rest = Vec::new();
+        let real = loop {
+            match std::fs::canonicalize(existing) {
+                Ok(real) => break real,
+                Err(_) => {
+                    let (Some(parent), Some(name)) = (existing.parent(), existing.file_name())
+                    else {
+                        return Err(format!("cannot resolve {}", wanted.display()));
+                    };
+                    rest.push(name.to_os_string());
+                    existing = parent;
+                }
+            }
+        };
+        if wanted.components().rev().take(rest.len()).any(|c| {
+            matches!(
+                c,
+                std::path::Component::ParentDir | std::path::Component::CurDir
+            )
+        }) {
+            return Err(format!(
+                "{} climbs with `..` through a directory that does not exist",
+                wanted.display()
+            ));
+        }
+        let path = rest.into_iter().rev().fold(real, |p, name| p.join(name));
+        let base =
+            std::fs::canonicalize(&self.directory).unwrap_or_else(|_| self.directory.clone());
+        Ok(Located {
+            inside: path.starts_with(&base),
+            path,
+        })
+    }
+}
+
+/// What a call would touch before it runs: a path outside the session's directory
+/// needs the user's permission whatever `tools.allow` says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// The resolved path outside the session's directory, if any.
+    pub outside: Option<PathBuf>,
 }
 
 /// How a call ended.
@@ -100,9 +164,18 @@ impl Prepared {
 /// One tool.
 pub trait Tool: Send + Sync + fmt::Debug {
     fn spec(&self) -> ToolSpec;
+    /// What the call would touch (no side effect). Errors are the tool's failure
+    /// message.
+    fn assess(&self, _ctx: &ToolContext, _input: &Value) -> Result<Assessment, String> {
+        Ok(Assessment::default())
+    }
     /// Validates `input` and readies the call; a process tool starts its process
     /// held at a gate. Errors are the tool's failure message.
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>>;
+    /// How long a run may take before the runner gives up on it.
+    fn timeout(&self, ctx: &ToolContext, _input: &Value) -> std::time::Duration {
+        std::time::Duration::from_millis(ctx.config.command_timeout_ms)
+    }
 }
 
 /// The tools by name.
@@ -135,13 +208,16 @@ impl ToolRegistry {
     }
 }
 
-/// A call that is not in `tools.allow` asks before it runs.
+/// A call that is not in `tools.allow`, or that reaches outside the session's
+/// directory, asks before it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PermissionRequest {
     pub session_id: String,
     pub call_id: String,
     pub tool: String,
     pub input: Value,
+    /// The resolved path outside the session's directory the call would touch.
+    pub outside: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +241,12 @@ impl Permission for Headless {
     fn decide(&self, request: PermissionRequest) -> BoxFuture<Decision> {
         let decision = if self.allow_all {
             Decision::Allow
+        } else if let Some(path) = &request.outside {
+            Decision::Deny(format!(
+                "Permission denied: `{}` would touch {}, outside the session directory (pass --yes to allow)",
+                request.tool,
+                path.display()
+            ))
         } else {
             Decision::Deny(format!(
                 "Permission denied: `{}` is not in tools.allow (pass --yes to allow every tool)",

@@ -83,7 +83,7 @@ fn hold_claim(data_dir: PathBuf, session: &str, lease_ms: u64) -> Result<(), Str
         let clock: SharedClock = SystemClock::shared();
         let db =
             Db::open(&data_dir.join("steward.db"), clock.as_ref()).map_err(|e| e.to_string())?;
-        let owners = data_dir.join("owners");
+        let owners = steward_engine::owner::Owners::new(data_dir.join("owners"));
         let now = clock.now_ms();
         let session = session.to_string();
         let lease = i64::try_from(lease_ms).unwrap();
@@ -138,7 +138,11 @@ fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String>
     let now = clock.now_ms();
     store
         .write(|tx| {
-            let owner = Owner::register(tx, &data_dir.join("owners"), now)?;
+            let owner = Owner::register(
+                tx,
+                &steward_engine::owner::Owners::new(data_dir.join("owners")),
+                now,
+            )?;
             for i in 0..count {
                 let session = steward_engine::store::sessions::create(tx, &format!("interrupted {i}"), dir, now)?;
                 let (input, _) = steward_engine::store::sessions::admit(tx, &session.id, &format!("fixture prompt {i}"), Delivery::Queue, now)?;

@@ -1,11 +1,17 @@
 //! `steward doctor [--json]`: integrity, schema version, the projection replay check
-//! and every invariant. Never recovers or runs anything.
+//! and every invariant. Never recovers or runs anything. On a file Steward refuses
+//! to open it explains which check failed, what it found and what the user can do,
+//! reading the file only.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 use steward_engine::doctor;
+use steward_engine::doctor::diagnosis::{self, Diagnosis};
 use steward_engine::store::Store;
+use steward_engine::store::migrate::MIGRATIONS;
+
+use crate::paths::Paths;
 
 use crate::output::out;
 
@@ -59,4 +65,74 @@ pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Explains why the database was refused (exit 3); any other error passes through.
+pub fn explain_refusal(paths: &Paths, error: anyhow::Error, json: bool) -> Result<ExitCode> {
+    let Some(steward_engine::Error::DatabaseRefused { reason, .. }) =
+        error.downcast_ref::<steward_engine::Error>()
+    else {
+        return Err(error);
+    };
+    let d = diagnosis::diagnose(&paths.database, reason, MIGRATIONS);
+    if json {
+        out!("{}", serde_json::to_string(&d)?);
+    } else {
+        print_diagnosis(&d);
+    }
+    Ok(ExitCode::from(crate::exit::REFUSED))
+}
+
+fn print_diagnosis(d: &Diagnosis) {
+    out!("database    {}", d.path.display());
+    out!("refused     {}", d.refusal);
+    out!("failed      {}", failed_check(d.failed));
+    if let Some(bytes) = d.bytes {
+        out!("size        {bytes} bytes");
+    }
+    if let Some(h) = &d.header {
+        if h.is_sqlite {
+            out!(
+                "header      SQLite, page size {}, {} pages{}",
+                h.page_size
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "invalid".into()),
+                h.page_count,
+                h.expected_bytes
+                    .map(|b| format!(" ({b} bytes when complete)"))
+                    .unwrap_or_default()
+            );
+        } else {
+            out!("header      not a SQLite file");
+        }
+    }
+    if let Some(wal) = d.wal_bytes {
+        out!("log         {wal} bytes in -wal");
+    }
+    if !d.tables.is_empty() {
+        out!("tables      {}", d.tables.join(", "));
+    }
+    for m in &d.migrations {
+        out!("migration   {} ({})", m.id, m.status.replace('_', " "));
+    }
+    for e in &d.integrity_errors {
+        out!("integrity   {e}");
+    }
+    out!("");
+    for a in &d.advice {
+        out!("- {a}");
+    }
+}
+
+fn failed_check(failed: diagnosis::Failed) -> &'static str {
+    use diagnosis::Failed::*;
+    match failed {
+        NotAFile => "it is not a regular file",
+        Header => "the file header (not SQLite, empty, or truncated)",
+        Open => "SQLite cannot open it",
+        Integrity => "PRAGMA quick_check (the file is damaged)",
+        Foreign => "it is not a Steward database",
+        Migrations => "its migrations do not fit this build",
+        Nothing => "nothing, on a second look",
+    }
 }

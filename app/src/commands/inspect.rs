@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use steward_engine::clock::SharedClock;
+use steward_engine::doctor::diagnosis::{Failed, diagnose};
 use steward_engine::inspect::{self, Snapshot};
 use steward_engine::store::migrate::MIGRATIONS;
 use steward_engine::store::open::Preflight;
@@ -33,12 +34,25 @@ pub fn run(paths: &Paths, clock: &SharedClock, json: bool) -> Result<ExitCode> {
 }
 
 fn read(paths: &Paths, clock: &SharedClock) -> Result<Snapshot> {
-    if preflight(&paths.database, MIGRATIONS)? == Preflight::Absent {
-        return Ok(Snapshot::default());
+    match preflight(&paths.database, MIGRATIONS) {
+        Ok(Preflight::Absent) => return Ok(Snapshot::default()),
+        Ok(_) => {}
+        // A damaged Steward database is shown as far as it can be read (reading
+        // only); anything else is refused as by every command.
+        Err(steward_engine::Error::DatabaseRefused { reason, .. })
+            if diagnose(&paths.database, &reason, MIGRATIONS).failed == Failed::Integrity =>
+        {
+            eprintln!("steward: warning: {reason}; showing what can still be read");
+        }
+        Err(e) => return Err(e.into()),
     }
     let conn = open_read_only(&paths.database)?;
     Ok(steward_engine::store::read(&conn, |c| {
-        inspect::snapshot(c, clock.now_ms())
+        inspect::snapshot(
+            c,
+            &steward_engine::owner::Owners::new(&paths.owners),
+            clock.now_ms(),
+        )
     })?)
 }
 

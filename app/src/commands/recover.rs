@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use steward_engine::coordinator::SessionOutcome;
+use steward_engine::engine::Redriving;
 use steward_engine::message::{EXECUTION_INTERRUPTED_BY_RESTART, PROVIDER_OUTCOME_UNKNOWN};
 use steward_engine::phase::Phase;
 use steward_engine::recovery::RecoveryReport;
@@ -24,12 +25,19 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
             .start_engine(store, Arc::new(Headless { allow_all: false }))
             .await?;
         let mut report = engine.recover().await?;
+        // Claims that expire while the woken sessions run are reconciled on a timer.
+        engine.start_background(Redriving::Nothing);
         if !json {
             print_pass(&report);
         }
         if !no_wake {
             let redrive = engine.redrive_wakes().await?;
             report.wakes = redrive.report;
+            if !ctx.config.recovery.auto_continue {
+                eprintln!(
+                    "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
+                );
+            }
             for session in &redrive.sessions {
                 eprintln!("continuing {session}…");
             }
@@ -119,5 +127,6 @@ pub fn describe(outcome: Option<&SessionOutcome>) -> String {
         }) => {
             format!("quarantined ({execution_id}: {reason})")
         }
+        Some(SessionOutcome::Stopped) => "stopped by shutdown; left for recovery".into(),
     }
 }

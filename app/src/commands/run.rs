@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 use steward_engine::Engine;
 use steward_engine::coordinator::SessionOutcome;
+use steward_engine::engine::Redriving;
 use steward_engine::events::{Event, EventRecord};
 use steward_engine::runner::{EngineEvent, Outcome};
 use steward_engine::store::{Store, rows};
@@ -62,8 +63,13 @@ pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
 
 async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
     // Recovery runs before any session does: the target session's interrupted
-    // execution is reconciled and its continuation promoted ahead of the prompt.
+    // execution is reconciled and (with `auto_continue`) its continuation promoted
+    // ahead of the prompt. Other sessions' wakes are left for `steward`, `acp` or
+    // `recover`: this command runs only its own session.
     let report = engine.recover().await?;
+    // Other owners' claims that expire while this runs are reconciled on a timer;
+    // their wakes are left for an entry point that runs them.
+    engine.start_background(Redriving::Nothing);
     if !report.recovered.is_empty() && !args.json {
         eprintln!(
             "steward: reconciled {} interrupted execution{} (see `steward inspect`)",
@@ -104,7 +110,8 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
         }
     };
     let mut events = engine.subscribe();
-    engine.admit_unless_busy(&session_id, &prompt).await?;
+    // Admitted and claimed in one transaction: exit 4 means nothing was admitted.
+    engine.submit(&session_id, &prompt).await?;
     if !args.json {
         eprintln!("session {session_id}");
     }
@@ -167,6 +174,11 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
             exit::FAILURE,
             "quarantined",
             Some(format!("execution {execution_id} is quarantined: {reason}")),
+        ),
+        Some(SessionOutcome::Stopped) => (
+            exit::FAILURE,
+            "stopped",
+            Some("the engine stopped; the session is left for recovery".to_string()),
         ),
     };
     if args.json {

@@ -1,5 +1,5 @@
-//! The heartbeat actor (SPEC §4.2): every `heartbeat` interval it reads the clock
-//! anew and renews the claim. One row: still the owner, and the self-fence moves on.
+//! The heartbeat actor (protocol §4.2): every `heartbeat` interval it reads the clock
+//! anew — inside the writer's job, not before queueing it — and renews the claim. One row: still the owner, and the self-fence moves on.
 //! Zero rows: ownership is lost, and the execution is cancelled at once.
 
 use std::sync::Arc;
@@ -68,14 +68,18 @@ async fn run(p: HeartbeatParams, stop: CancellationToken) {
             _ = p.lost.cancelled() => return,
             _ = tokio::time::sleep(p.interval) => {}
         }
-        let at = p.clock.monotonic();
-        let now_ms = p.clock.now_ms();
-        let claim = p.claim.clone();
+        let (claim, clock) = (p.claim.clone(), p.clock.clone());
+        // The clock is read inside the job, right before the statement: a renewal
+        // that waited behind a busy writer must be judged by the time it runs, or it
+        // could revive a claim that expired while it waited (invariant 6).
         let result =
-            p.db.with_conn(move |conn| renew(conn, &claim, now_ms, lease_ms))
-                .await;
+            p.db.with_conn(move |conn| {
+                let at = clock.monotonic();
+                renew(conn, &claim, clock.now_ms(), lease_ms).map(|()| at)
+            })
+            .await;
         match result {
-            Ok(()) => p.self_fence.renewed(at),
+            Ok(at) => p.self_fence.renewed(at),
             Err(Error::FenceLost { .. }) => {
                 tracing::warn!(execution = %p.claim.execution_id, "claim lost: stopping the execution");
                 p.lost.cancel();

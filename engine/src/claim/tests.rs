@@ -1,4 +1,4 @@
-//! SPEC §4 on a real (in-memory or temp-file) database with a manual clock.
+//! protocol §4 on a real (in-memory or temp-file) database with a manual clock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -666,4 +666,72 @@ fn busy_database_waits_within_the_timeout_and_then_fails_retryably() {
     assert!(result.unwrap_err().is_retryable());
     holder.join().unwrap();
     assert_eq!(for_session(store.conn(), SESSION).unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_a_renewal_delayed_behind_a_busy_writer_never_revives_an_expired_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let manual = ManualClock::shared(T0);
+    let clock: SharedClock = manual.clone();
+    let db = crate::db::Db::open(&dir.path().join("steward.db"), clock.as_ref()).unwrap();
+    let claim = db
+        .write(move |tx| {
+            append_unowned(
+                tx,
+                SESSION,
+                T0,
+                Event::SessionCreated {
+                    title: "t".into(),
+                    directory: "/".into(),
+                },
+            )?;
+            match acquire(tx, SESSION, ME, T0, LEASE)? {
+                Acquire::Acquired(c) => Ok(c),
+                other => Err(Error::Invalid(format!("{other:?}"))),
+            }
+        })
+        .await
+        .unwrap();
+    // Two thirds into the lease, the writer is held busy (a long transaction, a
+    // slow fsync)...
+    manual.advance_ms(20_000);
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (started, has_started) = tokio::sync::oneshot::channel();
+    let writer = db.clone();
+    let blocker = tokio::spawn(async move {
+        writer
+            .with_conn(move |_| {
+                let _ = started.send(());
+                let _ = released.recv();
+                Ok(())
+            })
+            .await
+    });
+    has_started.await.unwrap();
+    let lost = tokio_util::sync::CancellationToken::new();
+    let lease = Duration::from_millis(LEASE as u64);
+    let beat = heartbeat::Heartbeat::spawn(heartbeat::HeartbeatParams {
+        db: db.clone(),
+        claim: claim.clone(),
+        clock: clock.clone(),
+        lease,
+        interval: Duration::from_millis(20),
+        self_fence: Arc::new(SelfFence::new(clock.clone(), lease, clock.monotonic())),
+        lost: lost.clone(),
+    });
+    // ...while the heartbeat queues its renewal, and the lease runs out.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    manual.advance_ms(10_001);
+    release.send(()).unwrap();
+    blocker.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(2), lost.cancelled())
+        .await
+        .expect("the delayed renewal revived the claim");
+    beat.stop().await;
+    let id = claim.execution_id.clone();
+    let expires_at = db
+        .read(move |conn| Ok(get(conn, &id)?.and_then(|r| r.expires_at())))
+        .await
+        .unwrap();
+    assert_eq!(expires_at, Some(T0 + LEASE));
 }

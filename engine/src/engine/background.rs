@@ -1,8 +1,8 @@
-//! The background loop of a long-lived engine: a recovery pass whenever the earliest
-//! claim of another owner expires (a timer computed from the table, not a poll), at
-//! each heartbeat interval while other owners hold claims (the owner-death probe), and
-//! whenever the data-directory doorbell rings; then the due wakes are started. A slow
-//! poll covers a missed doorbell.
+//! The background loop of an engine: a recovery pass whenever the earliest claim
+//! recovery may take expires (a timer computed from the table, not a poll), at each
+//! heartbeat interval while other owners hold claims (the owner-death probe), and
+//! whenever the data-directory doorbell rings; then, for the long-lived entry points,
+//! the wakes that are due are started. A slow poll covers a missed doorbell.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,14 +11,23 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, Wake};
 use crate::db::Db;
-use crate::engine::{Engine, Recoverer};
-use crate::recovery;
+use crate::engine::{Engine, Recoverer, Redrive};
+use crate::recovery::{self, WakeReport};
 use crate::store::sessions::{self, Scope};
 
 /// The slow fallback poll.
 const POLL: Duration = Duration::from_secs(5);
+
+/// What the background loop starts after each recovery pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redriving {
+    /// Nothing: it only reconciles (entry points that run one session).
+    Nothing,
+    /// Every due wake, as [`Engine::redrive_wakes`] does (the TUI, ACP).
+    DueWakes,
+}
 
 #[derive(Debug)]
 pub(super) struct Background {
@@ -27,7 +36,7 @@ pub(super) struct Background {
 }
 
 impl Background {
-    pub(super) fn spawn(engine: &Engine) -> Background {
+    pub(super) fn spawn(engine: &Engine, redriving: Redriving) -> Background {
         let stop = CancellationToken::new();
         let bell = Arc::new(Notify::new());
         let watcher = engine
@@ -42,6 +51,7 @@ impl Background {
             me: engine.owner.id.clone(),
             probe_every: engine.services.config.lease.heartbeat(),
             auto_continue: engine.services.config.recovery.auto_continue,
+            redriving,
             recoverer: engine.recoverer.clone(),
             coordinator: engine.coordinator.clone(),
             bell,
@@ -66,6 +76,7 @@ struct Loop {
     me: String,
     probe_every: Duration,
     auto_continue: bool,
+    redriving: Redriving,
     recoverer: Arc<Recoverer>,
     coordinator: Coordinator,
     bell: Arc<Notify>,
@@ -113,18 +124,53 @@ impl Loop {
 
     async fn tick(&self) -> crate::Result<()> {
         self.recoverer.pass().await?;
-        if self.auto_continue {
-            let (candidates, _) = self.db.with_conn(recovery::recovery_wakes).await?;
-            for c in candidates {
-                self.coordinator
-                    .wake(&c.session_id, Scope::continuation(c.input_id));
-            }
-        }
-        for session_id in self.db.read(sessions::with_pending_input_wakes).await? {
-            if !self.coordinator.is_running(&session_id) {
-                self.coordinator.wake(&session_id, Scope::Queued);
-            }
+        if self.redriving == Redriving::DueWakes {
+            redrive(&self.db, &self.coordinator, self.auto_continue).await?;
         }
         Ok(())
     }
+}
+
+/// Starts every due wake (protocol §5.7): the recovery wakes that passed their checks,
+/// each promoting only its continuation — unless `auto_continue` is off (§5.9) — and
+/// the sessions with an admitted input whose wake never ran.
+pub(super) async fn redrive(
+    db: &Db,
+    coordinator: &Coordinator,
+    auto_continue: bool,
+) -> crate::Result<Redrive> {
+    let (candidates, quarantined) = db.with_conn(recovery::recovery_wakes).await?;
+    let mut started: Vec<String> = Vec::new();
+    let mut redriven = 0;
+    if auto_continue {
+        for candidate in &candidates {
+            let wake = coordinator.wake(
+                &candidate.session_id,
+                Scope::continuation(candidate.input_id.clone()),
+            );
+            if wake == Wake::Refused {
+                continue;
+            }
+            redriven += 1;
+            if !started.contains(&candidate.session_id) {
+                started.push(candidate.session_id.clone());
+            }
+        }
+    }
+    for session_id in db.read(sessions::with_pending_input_wakes).await? {
+        if started.contains(&session_id) || coordinator.is_running(&session_id) {
+            continue;
+        }
+        if coordinator.wake(&session_id, Scope::Queued) != Wake::Refused {
+            started.push(session_id);
+        }
+    }
+    Ok(Redrive {
+        report: WakeReport {
+            redriven,
+            failed: 0,
+            quarantined,
+        },
+        sessions: started,
+    })
 }

@@ -169,7 +169,7 @@ async fn r5_1_the_background_timer_recovers_a_claim_when_it_expires() {
         "recovered a live lease"
     );
     let started = std::time::Instant::now();
-    engine.start_background();
+    engine.start_background(crate::engine::Redriving::DueWakes);
     wait_until("the continuation", async || provider.count() == 1).await;
     let waited = started.elapsed();
     assert!(
@@ -200,7 +200,7 @@ async fn r5_9_without_auto_continue_the_wake_waits_for_the_user() {
         yes(),
     )
     .await;
-    engine.start_background();
+    engine.start_background(crate::engine::Redriving::DueWakes);
     wait_until("the reconciliation", async || {
         engine
             .db()
@@ -257,7 +257,7 @@ async fn r4_inputs_admitted_by_another_process_are_picked_up() {
     let provider = FakeProvider::new(vec![Answer::text("heard you")]);
     let engine = default_engine(&dir, provider.clone()).await;
     let session = engine.create_session("t", &dir.work()).await.unwrap();
-    engine.start_background();
+    engine.start_background(crate::engine::Redriving::DueWakes);
     // Another process admits an input and dies before waking anything.
     let mut other = Store::open(&dir.dir.path().join("steward.db"), &SystemClock::new()).unwrap();
     let now = SystemClock::new().now_ms();
@@ -353,7 +353,9 @@ async fn r4_10_a_clock_jump_backward_does_not_delay_recovery_of_a_dead_owner() {
         let clock = ManualClock::new(t0);
         let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
         let owner = store
-            .write(|tx| crate::owner::Owner::register(tx, &dir.owners(), t0))
+            .write(|tx| {
+                crate::owner::Owner::register(tx, &crate::owner::Owners::new(dir.owners()), t0)
+            })
             .unwrap();
         let exe = interrupted(&mut store, "ses_1", Stage::Tools, t0);
         store
@@ -535,8 +537,10 @@ async fn r5_1_the_timer_recovers_this_owners_own_abandoned_claims_too() {
         })
         .await
         .unwrap();
-    engine.start_background();
+    engine.start_background(crate::engine::Redriving::DueWakes);
     wait_until("the continuation", async || provider.count() == 1).await;
     engine.wait_idle("ses_1").await;
     engine.shutdown().await.unwrap();
 }
+
+mod wakes;

@@ -1,6 +1,6 @@
 //! Building a provider conversation from the transcript.
 //!
-//! The transcript is valid at every step boundary (SPEC §3.4): every tool call has a
+//! The transcript is valid at every step boundary (protocol §3.4): every tool call has a
 //! result, so the request is always well-formed. A compaction summary stands for
 //! everything before it.
 

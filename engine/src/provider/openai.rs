@@ -19,13 +19,34 @@ use crate::provider::{
     StreamSender, ToolCall,
 };
 
-/// Talks to one OpenAI-compatible server.
-#[derive(Debug, Clone)]
+/// Talks to one OpenAI-compatible server. The API key is sent as a bearer token and
+/// nowhere else: it is left out of `Debug`, and scrubbed from every error message
+/// (a server may echo the request back in an error body), so it never reaches the
+/// transcript, the logs or `--json` output.
+#[derive(Clone)]
 pub struct OpenAiProvider {
     client: reqwest::Client,
     endpoint: String,
     model: String,
     api_key: Option<String>,
+}
+
+impl std::fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiProvider")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `text` with every occurrence of `secret` replaced.
+fn scrub(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(secret) if !secret.is_empty() => text.replace(secret, "<redacted>"),
+        _ => text.to_string(),
+    }
 }
 
 impl OpenAiProvider {
@@ -119,8 +140,10 @@ impl Provider for OpenAiProvider {
         if let Some(key) = &self.api_key {
             http = http.bearer_auth(key);
         }
+        let key = self.api_key.clone();
         ProviderStream::spawn(move |tx| async move {
-            if let Err(error) = run(http, &tx).await {
+            if let Err(mut error) = run(http, &tx).await {
+                error.message = scrub(&error.message, key.as_deref());
                 tx.send(Err(error)).await;
             }
         })

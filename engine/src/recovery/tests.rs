@@ -1,4 +1,4 @@
-//! SPEC §5 on real temp-file databases: reconciliation, quarantine, idempotency and
+//! protocol §5 on real temp-file databases: reconciliation, quarantine, idempotency and
 //! the scan's order and bounds.
 
 use pretty_assertions::assert_eq;
@@ -22,6 +22,7 @@ const LATER: i64 = T0 + LEASE + 1;
 fn params() -> Params {
     Params {
         owner_id: "own_recoverer".into(),
+        owners: crate::owner::Owners::new("/nonexistent/owners"),
         lease_ms: LEASE,
         slack_ms: CLOCK_SLACK_MS,
     }
@@ -185,7 +186,13 @@ fn i1_never_recover_a_live_execution_lease_of_a_live_owner() {
     let mut store = store(&dir);
     // A live owner: its lock is held by this process.
     let owner = store
-        .write(|tx| crate::owner::Owner::register(tx, &dir.path().join("owners"), T0))
+        .write(|tx| {
+            crate::owner::Owner::register(
+                tx,
+                &crate::owner::Owners::new(dir.path().join("owners")),
+                T0,
+            )
+        })
         .unwrap();
     store
         .write(|tx| {
@@ -240,7 +247,11 @@ fn r4_11_a_dead_owners_claims_are_recovered_at_once() {
         .unwrap();
     interrupted(&mut store, "ses_1", Stage::Tools, T0);
     // Well inside the lease.
-    let report = pass(store.conn_mut(), &params(), T0 + 10).unwrap();
+    let p = Params {
+        owners: crate::owner::Owners::new(dir.path()),
+        ..params()
+    };
+    let report = pass(store.conn_mut(), &p, T0 + 10).unwrap();
     assert_eq!(
         (report.recovered.len(), report.dead_owners.clone()),
         (1, vec!["own_gone".to_string()])
@@ -600,6 +611,134 @@ fn r5_8_a_session_recovered_three_times_in_a_row_is_parked() {
 }
 
 #[test]
+fn r5_8_a_tool_that_kills_steward_every_time_is_parked() {
+    // Each time, the step ends normally asking for the tool, and the tool kills the
+    // process: a step that ends with `tool-calls` is no progress.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let mut parked = Vec::new();
+    for round in 0..3 {
+        let at = T0 + round * 100_000;
+        interrupted(&mut store, "ses_1", Stage::ToolRunning, at);
+        let report = pass(store.conn_mut(), &params(), at + LEASE + 1).unwrap();
+        parked.push(report.recovered[0].parked);
+        store
+            .conn()
+            .execute("UPDATE session_recovery SET wake_pending = 0", [])
+            .unwrap();
+    }
+    assert_eq!(parked, vec![false, false, true]);
+}
+
+#[test]
+fn r5_8_a_tool_that_finishes_between_recoveries_is_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let mut parked = Vec::new();
+    for round in 0..4 {
+        let at = T0 + round * 100_000;
+        // `Tools` has one tool that completed before the crash.
+        interrupted(&mut store, "ses_1", Stage::Tools, at);
+        let report = pass(store.conn_mut(), &params(), at + LEASE + 1).unwrap();
+        parked.push(report.recovered[0].parked);
+        store
+            .conn()
+            .execute("UPDATE session_recovery SET wake_pending = 0", [])
+            .unwrap();
+    }
+    assert_eq!(parked, vec![false; 4]);
+}
+
+#[test]
+fn r5_7_a_wake_whose_continuation_was_already_promoted_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    pass(store.conn_mut(), &params(), LATER).unwrap();
+    // The two disagree: the continuation is promoted, the wake still pending.
+    store
+        .conn()
+        .execute(
+            "UPDATE session_input SET promoted_seq = 999 WHERE id = ?1",
+            [ids::continuation_input(&exe)],
+        )
+        .unwrap();
+    let (wake, quarantined) = recovery_wakes(store.conn_mut()).unwrap();
+    assert_eq!((wake.len(), quarantined), (0, 1));
+    let row = crate::inspect::recoveries(store.conn())
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert!(!row.wake_pending);
+    assert!(
+        row.recovery_error
+            .as_deref()
+            .is_some_and(|e| e.contains("already promoted")),
+        "{row:?}"
+    );
+}
+
+#[test]
+fn r5_2_a_long_pass_judges_each_batch_by_the_time_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    // A full first batch of expired claims, then one claim of a live owner on
+    // another host (nothing can prove it dead).
+    for i in 0..BATCH {
+        interrupted(&mut store, &format!("ses_{i:03}"), Stage::Promoted, T0);
+    }
+    let live = interrupted(&mut store, "ses_live", Stage::Promoted, T0 + 60_000);
+    let mut pass = Pass::begin(store.conn_mut(), params(), T0 + 60_001).unwrap();
+    pass.next_batch(store.conn_mut(), T0 + 60_001).unwrap();
+    // The first batch took 15 s; meanwhile the live owner renewed its lease.
+    let renewed_at = T0 + 75_000;
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET expires_at = ?2 WHERE id = ?1",
+            rusqlite::params![live, renewed_at + LEASE],
+        )
+        .unwrap();
+    while !pass.is_done() {
+        pass.next_batch(store.conn_mut(), renewed_at + 1).unwrap();
+    }
+    let report = pass.finish(store.conn_mut()).unwrap();
+    assert_eq!(
+        (report.recovered.len(), report.quarantined.len()),
+        (BATCH, 0),
+        "{:?}",
+        report.quarantined
+    );
+    assert_eq!(
+        count(
+            store.conn(),
+            "SELECT count(*) FROM session_execution WHERE recovery_error IS NULL"
+        ),
+        1
+    );
+}
+
+#[test]
+fn r5_10_the_leftover_processes_of_a_quarantined_claim_are_stopped() {
+    let mut leftover = std::process::Command::new("sleep");
+    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
+    let mut leftover = leftover.arg("300").spawn().unwrap();
+    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::ToolsWithProcess(identity), T0);
+    // The clock went back: the claim is quarantined, not reconciled.
+    let report = pass(store.conn_mut(), &params(), T0 - 3_600_000).unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].execution_id, exe);
+    assert_eq!(report.quarantined[0].stopped_processes.len(), 1);
+    assert!(
+        !leftover.wait().unwrap().success(),
+        "the leftover still runs"
+    );
+}
+
+#[test]
 fn r5_7_a_wake_that_keeps_failing_is_quarantined_at_five_attempts() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
@@ -795,7 +934,13 @@ fn i1_a_claim_ahead_by_more_than_a_lease_of_a_live_owner_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let owner = store
-        .write(|tx| crate::owner::Owner::register(tx, &dir.path().join("owners"), T0))
+        .write(|tx| {
+            crate::owner::Owner::register(
+                tx,
+                &crate::owner::Owners::new(dir.path().join("owners")),
+                T0,
+            )
+        })
         .unwrap();
     let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
     store
@@ -806,7 +951,11 @@ fn i1_a_claim_ahead_by_more_than_a_lease_of_a_live_owner_is_left_alone() {
         )
         .unwrap();
     // Our clock went back an hour: the live owner's lease now lies far ahead.
-    let report = pass(store.conn_mut(), &params(), T0 - 3_600_000).unwrap();
+    let p = Params {
+        owners: crate::owner::Owners::new(dir.path().join("owners")),
+        ..params()
+    };
+    let report = pass(store.conn_mut(), &p, T0 - 3_600_000).unwrap();
     assert_eq!(
         (
             report.recovered.len(),
@@ -858,4 +1007,47 @@ fn i7_processes_stopped_in_a_rolled_back_attempt_are_still_reported() {
         .unwrap();
     assert_eq!(recovered.stopped_processes.len(), 1, "{report:?}");
     assert!(!leftover.wait().unwrap().success());
+}
+
+#[test]
+fn r5_10_discarding_a_quarantined_claim_stops_its_leftover_processes() {
+    let mut leftover = std::process::Command::new("sleep");
+    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
+    let mut leftover = leftover.arg("300").spawn().unwrap();
+    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::ToolsWithProcess(identity), T0);
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET recovery_error = 'looked odd' WHERE id = ?1",
+            [&exe],
+        )
+        .unwrap();
+    store
+        .write(|tx| crate::inspector::discard(tx, &exe, LATER))
+        .unwrap();
+    assert!(
+        !leftover.wait().unwrap().success(),
+        "the leftover still runs"
+    );
+    let a = rows::message(store.conn(), &format!("msg_a_{exe}"))
+        .unwrap()
+        .unwrap();
+    let running = a
+        .data
+        .as_assistant()
+        .unwrap()
+        .tools()
+        .find(|t| t.call_id == "running")
+        .unwrap()
+        .clone();
+    assert!(
+        running
+            .state
+            .error
+            .unwrap()
+            .ends_with("recovery stopped them")
+    );
 }

@@ -1,7 +1,7 @@
-//! Durable wake redrive (SPEC §5.7): the `session_recovery` rows whose wake is
+//! Durable wake redrive (protocol §5.7): the `session_recovery` rows whose wake is
 //! pending, checked before anything is woken. A row whose continuation is not
-//! `inp_rec_<its execution>`, is missing, or belongs to another session is
-//! quarantined (invariant 15); one whose wake already failed [`WAKE_ATTEMPTS_MAX`]
+//! `inp_rec_<its execution>`, is missing, belongs to another session, or was already
+//! promoted is quarantined (invariant 15); one whose wake already failed [`WAKE_ATTEMPTS_MAX`]
 //! times is quarantined too. The rest are woken with a scope that promotes only their
 //! continuation (invariant 10).
 
@@ -104,34 +104,10 @@ fn scan(tx: &Transaction<'_>, last: &Option<(i64, String)>) -> Result<Vec<Pendin
     Ok(rows)
 }
 
-/// `Ok(Some)`: wake it; `Ok(None)`: nothing left to wake (already promoted);
-/// `Err(reason)`: quarantine.
+/// `Ok(Some)`: wake it; `Err(reason)`: quarantine.
 fn check(tx: &Transaction<'_>, row: &PendingWake) -> Result<Result<Option<WakeCandidate>, String>> {
-    let expected = ids::continuation_input(&row.execution_id);
-    if row.continuation != expected {
-        return Ok(Err(format!(
-            "continuation {} is not derived from execution {}",
-            row.continuation, row.execution_id
-        )));
-    }
-    let Some(input) = rows::input(tx, &row.continuation)? else {
-        return Ok(Err(format!(
-            "continuation {} does not exist",
-            row.continuation
-        )));
-    };
-    if input.session_id != row.session_id {
-        return Ok(Err(format!(
-            "continuation {} belongs to session {}, not {}",
-            row.continuation, input.session_id, row.session_id
-        )));
-    }
-    if !input.is_pending() {
-        tx.execute(
-            "UPDATE session_recovery SET wake_pending = 0 WHERE execution_id = ?1",
-            [&row.execution_id],
-        )?;
-        return Ok(Ok(None));
+    if let Err(reason) = verify(tx, &row.execution_id, &row.session_id, &row.continuation)? {
+        return Ok(Err(reason));
     }
     if row.attempts >= WAKE_ATTEMPTS_MAX {
         return Ok(Err(format!(
@@ -144,6 +120,40 @@ fn check(tx: &Transaction<'_>, row: &PendingWake) -> Result<Result<Option<WakeCa
         session_id: row.session_id.clone(),
         input_id: row.continuation.clone(),
     })))
+}
+
+/// The checks of protocol §5.7 before a recovery wake may promote its continuation: the
+/// continuation is `inp_rec_<execution>`, exists, lies in the row's session, and is
+/// still pending (a wake that is pending while its continuation was promoted means
+/// the two disagree; the promotion clears the wake in the same transaction).
+/// `Ok(Err(reason))` means the row must not be woken.
+pub fn verify(
+    conn: &Connection,
+    execution_id: &str,
+    session_id: &str,
+    continuation: &str,
+) -> Result<Result<(), String>> {
+    let expected = ids::continuation_input(execution_id);
+    if continuation != expected {
+        return Ok(Err(format!(
+            "continuation {continuation} is not derived from execution {execution_id}"
+        )));
+    }
+    let Some(input) = rows::input(conn, continuation)? else {
+        return Ok(Err(format!("continuation {continuation} does not exist")));
+    };
+    if input.session_id != session_id {
+        return Ok(Err(format!(
+            "continuation {continuation} belongs to session {}, not {session_id}",
+            input.session_id
+        )));
+    }
+    if !input.is_pending() {
+        return Ok(Err(format!(
+            "continuation {continuation} was already promoted while its wake was still pending"
+        )));
+    }
+    Ok(Ok(()))
 }
 
 fn quarantine(tx: &Transaction<'_>, execution_id: &str, reason: &str) -> Result<()> {

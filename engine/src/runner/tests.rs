@@ -181,7 +181,7 @@ async fn r4_streamed_text_is_committed_in_coalesced_chunks() {
     engine.shutdown().await.unwrap();
 }
 
-/// SPEC §6 invariant 8, paused mid-stream: the stale owner's claim expires and is
+/// protocol §6 invariant 8, paused mid-stream: the stale owner's claim expires and is
 /// taken over; when it resumes it commits nothing and calls nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i8_a_stale_owner_resumed_mid_stream_makes_no_call_and_commits_nothing() {
@@ -247,7 +247,7 @@ async fn i8_a_stale_owner_resumed_mid_stream_makes_no_call_and_commits_nothing()
     engine.shutdown().await.unwrap();
 }
 
-/// SPEC §6 invariant 8, paused at a permission prompt right before a tool dispatch.
+/// protocol §6 invariant 8, paused at a permission prompt right before a tool dispatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i8_a_stale_owner_resumed_before_a_tool_dispatch_dispatches_nothing() {
     let dir = TestDir::new();
@@ -862,4 +862,137 @@ fn r4_8_tool_interrupted_strings_are_the_documented_ones() {
             text: "Tool execution interrupted".into()
         }
     );
+}
+
+fn with_hanging_tool() -> ToolRegistry {
+    let mut tools = ToolRegistry::standard();
+    tools.add(Arc::new(crate::testing::HangingTool));
+    tools
+}
+
+async fn hanging_engine(dir: &TestDir, config: crate::config::Config) -> Engine {
+    let provider = FakeProvider::new(vec![
+        Answer::call("hang", json!({})),
+        Answer::text("after the hang"),
+    ]);
+    engine(
+        dir,
+        crate::clock::SystemClock::shared(),
+        config,
+        provider,
+        with_hanging_tool(),
+        yes(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_13_a_tool_that_never_ends_is_still_cancelled() {
+    let dir = TestDir::new();
+    let mut config = crate::config::Config::default();
+    config.tools.kill_grace_ms = 100;
+    let engine = hanging_engine(&dir, config).await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine.submit(&session.id, "hang").await.unwrap();
+    committed(&mut events, "tool.started").await;
+    let started = std::time::Instant::now();
+    assert!(engine.cancel(&session.id));
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Cancelled))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    assert!(
+        event_kinds(&engine, &session.id)
+            .await
+            .contains(&"step.interrupted")
+    );
+    let transcript = messages(&engine, &session.id).await;
+    let tool = transcript[1]
+        .data
+        .as_assistant()
+        .unwrap()
+        .tools()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (tool.state.status, tool.state.error.as_deref()),
+        (ToolStatus::Error, Some("Tool execution interrupted"))
+    );
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_13_a_tool_that_never_ends_times_out_and_the_turn_goes_on() {
+    let dir = TestDir::new();
+    let mut config = crate::config::Config::default();
+    config.tools.command_timeout_ms = 200;
+    let engine = hanging_engine(&dir, config).await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine.submit(&session.id, "hang").await.unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let transcript = messages(&engine, &session.id).await;
+    let tool = transcript[1]
+        .data
+        .as_assistant()
+        .unwrap()
+        .tools()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(tool.state.status, ToolStatus::Error);
+    assert_eq!(
+        tool.state.error.as_deref(),
+        Some("`hang` did not finish within 200 ms and was abandoned")
+    );
+    assert_eq!(transcript[2].data.text(), "after the hang");
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_13_a_tool_that_never_ends_stops_when_the_claim_is_lost() {
+    let dir = TestDir::new();
+    let mut config = crate::config::Config::default();
+    config.lease.heartbeat_ms = Some(20);
+    config.tools.kill_grace_ms = 100;
+    let engine = hanging_engine(&dir, config).await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let mut events = engine.subscribe();
+    engine.submit(&session.id, "hang").await.unwrap();
+    committed(&mut events, "tool.started").await;
+    // Another owner takes the session over (as recovery would).
+    let id = session.id.clone();
+    engine
+        .db()
+        .with_conn(move |c| {
+            c.execute(
+                "UPDATE session_execution SET owner_id = 'own_thief', epoch = epoch + 1
+                 WHERE session_id = ?1",
+                [id],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(3), engine.wait_idle(&session.id))
+        .await
+        .expect("the execution kept waiting for the tool");
+    assert_eq!(outcome, Some(SessionOutcome::Ran(Outcome::Lost)));
+    assert!(
+        !event_kinds(&engine, &session.id)
+            .await
+            .contains(&"step.interrupted")
+    );
+    engine.shutdown().await.unwrap();
 }

@@ -1,6 +1,10 @@
-//! Running the tool calls of a step, one after another: permission, preparation
-//! (a process tool starts gated), `tool.started` with the process identity as the
-//! dispatch boundary, the run, and `tool.completed` / `tool.failed`.
+//! Running the tool calls of a step, one after another: assessment and permission
+//! (a call outside `tools.allow`, or reaching outside the session's directory, asks),
+//! preparation (a process tool starts gated), `tool.started` with the process
+//! identity as the dispatch boundary, the run — raced against cancellation, claim
+//! loss and the tool's timeout — and `tool.completed` / `tool.failed`.
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -9,6 +13,10 @@ use crate::events::Event;
 use crate::provider::ToolCall;
 use crate::runner::{Execution, Flow, Stop};
 use crate::tools::{Decision, PermissionRequest, StopSignals, ToolContext, ToolOutput};
+
+/// How long past its kill grace a stopped tool may take to end before the runner
+/// stops waiting for it.
+const STOP_MARGIN: Duration = Duration::from_millis(1_000);
 
 impl Execution {
     pub(crate) async fn run_tools(&mut self, calls: Vec<(String, ToolCall)>) -> Flow<()> {
@@ -56,12 +64,23 @@ impl Execution {
             return Ok(Err(format!("invalid arguments (not a JSON object): {raw}")));
         }
         let tools: &ToolsConfig = &self.services.config.tools;
-        if !tools.allow.iter().any(|t| t == &call.tool) {
+        let mut ctx = ToolContext {
+            directory: self.session.directory.clone().into(),
+            config: tools.clone(),
+            allow_outside: false,
+        };
+        let assessment = match tool.assess(&ctx, &call.input) {
+            Ok(assessment) => assessment,
+            Err(error) => return Ok(Err(error)),
+        };
+        let allowed = tools.allow.iter().any(|t| t == &call.tool);
+        if !allowed || assessment.outside.is_some() {
             let request = PermissionRequest {
                 session_id: self.claim.session_id.clone(),
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 input: call.input.clone(),
+                outside: assessment.outside.clone(),
             };
             let decision = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
@@ -71,11 +90,8 @@ impl Execution {
             if let Decision::Deny(reason) = decision {
                 return Ok(Err(reason));
             }
+            ctx.allow_outside = assessment.outside.is_some();
         }
-        let ctx = ToolContext {
-            directory: self.session.directory.clone().into(),
-            config: tools.clone(),
-        };
         self.may_dispatch()?;
         let prepared = match tool.prepare(&ctx, &call.input).await {
             Ok(prepared) => prepared,
@@ -106,7 +122,32 @@ impl Execution {
             cancel: self.cancel.clone(),
             abort: self.lost.clone(),
         };
-        match prepared.run(stop).await {
+        let timeout = tool.timeout(&ctx, &call.input);
+        let grace = Duration::from_millis(tools.kill_grace_ms) + STOP_MARGIN;
+        let run = prepared.run(stop);
+        tokio::pin!(run);
+        // The tool sees the stop signals itself (a command is sent SIGTERM, then
+        // SIGKILL); a tool that does not end within the grace is abandoned, so no
+        // tool can hold an execution — and its claim — for ever.
+        let output = tokio::select! {
+            output = &mut run => output,
+            _ = self.cancel.cancelled() => {
+                let _ = tokio::time::timeout(grace, &mut run).await;
+                return Err(Stop::Cancelled);
+            }
+            _ = self.lost.cancelled() => {
+                let _ = tokio::time::timeout(grace, &mut run).await;
+                return Err(Stop::Lost);
+            }
+            _ = tokio::time::sleep(timeout) => {
+                return Ok(Err(format!(
+                    "`{}` did not finish within {} ms and was abandoned",
+                    call.tool,
+                    timeout.as_millis()
+                )));
+            }
+        };
+        match output {
             ToolOutput::Completed { output, structured } => Ok(Ok((output, structured))),
             ToolOutput::Failed(error) => Ok(Err(error)),
             ToolOutput::Stopped => {

@@ -1,4 +1,4 @@
-//! The event log (SPEC §3.1): append with the next per-session `seq` and apply the
+//! The event log (protocol §3.1): append with the next per-session `seq` and apply the
 //! projection in the same transaction.
 //!
 //! [`append`] is crate-private: owner writes go through a fenced transaction

@@ -1,4 +1,4 @@
-//! The migration runner (SPEC §2.2): plain `.sql` files from `migrations/`, embedded at
+//! The migration runner (protocol §2.2): plain `.sql` files from `migrations/`, embedded at
 //! build time, applied in order, each in its own transaction together with its
 //! `schema_migration` row and checksum. A failed migration rolls back unrecorded.
 
@@ -69,7 +69,7 @@ pub fn applied(conn: &Connection) -> Result<Vec<AppliedMigration>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Why recorded migrations do not fit `known`, as the refusal reason of SPEC §2.3.
+/// Why recorded migrations do not fit `known`, as the refusal reason of protocol §2.3.
 pub fn check_applied(applied: &[AppliedMigration], known: &[Migration]) -> Option<String> {
     for row in applied {
         match known.iter().find(|m| m.id == row.id) {

@@ -1,4 +1,4 @@
-//! Looking at a database file before writing to it (SPEC §2.3).
+//! Looking at a database file before writing to it (protocol §2.3).
 //!
 //! Everything here reads only: the file's header straight from disk, then a
 //! read-only SQLite connection that creates no `-wal`/`-shm` that were not there
@@ -46,7 +46,54 @@ pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Inspects `path` without changing anything on disk.
+///
+/// A refusal is only reported when it is stable: when the database or its log
+/// changed while they were looked at, the look is repeated. Without a log the file
+/// is read with `immutable=1`, which assumes no writer; a process that starts
+/// writing meanwhile can make pages read in between disagree and a healthy file
+/// look corrupt. The second look sees its log and reads consistently.
 pub fn preflight(path: &Path, known: &[Migration]) -> Result<Preflight> {
+    const LOOKS: usize = 3;
+    let mut looks = 1;
+    loop {
+        let before = Fingerprint::of(path);
+        let verdict = preflight_once(path, known);
+        match verdict {
+            Err(Error::DatabaseRefused { .. })
+                if looks < LOOKS && Fingerprint::of(path) != before =>
+            {
+                looks += 1;
+            }
+            verdict => return verdict,
+        }
+    }
+}
+
+/// What changes when anyone writes the database or its log.
+#[derive(Debug, PartialEq, Eq)]
+struct Fingerprint(Vec<Option<(u64, u64, i64, i64)>>);
+
+impl Fingerprint {
+    fn of(path: &Path) -> Fingerprint {
+        use std::os::unix::fs::MetadataExt;
+        Fingerprint(
+            [
+                path.to_path_buf(),
+                sidecar(path, "-wal"),
+                sidecar(path, "-shm"),
+            ]
+            .iter()
+            .map(|p| {
+                std::fs::metadata(p)
+                    .ok()
+                    .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect(),
+        )
+    }
+}
+
+fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Preflight::Absent),

@@ -1,5 +1,5 @@
 //! Reading and writing the projection tables (`session`, `session_message`,
-//! `session_input`). Only the event append writes them (SPEC §3.1).
+//! `session_input`). Only the event append writes them (protocol §3.1).
 
 use std::collections::BTreeSet;
 

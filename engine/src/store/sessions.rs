@@ -11,7 +11,7 @@ use crate::projection::{InputRow, SessionRow};
 use crate::store::events::append_unowned;
 use crate::store::rows;
 
-/// Which pending inputs an execution promotes (SPEC §5.7).
+/// Which pending inputs an execution promotes (protocol §5.7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
     /// Every pending input in admitted order — `queue` and `admit` alike — except
@@ -108,8 +108,15 @@ pub fn held_by_other(
         .filter(|c| c.owner_id != me && c.state(now_ms) == ClaimState::Live))
 }
 
-/// The inputs `scope` promotes now, in admitted order.
-pub fn promotable(conn: &Connection, session_id: &str, scope: &Scope) -> Result<Vec<InputRow>> {
+/// The inputs `scope` promotes now, in admitted order. Without `auto_continue`
+/// (protocol §5.9) a queued run leaves recovery continuations alone: only an explicit
+/// wake ([`Scope::Continuations`]) promotes them.
+pub fn promotable(
+    conn: &Connection,
+    session_id: &str,
+    scope: &Scope,
+    auto_continue: bool,
+) -> Result<Vec<InputRow>> {
     let pending = rows::pending_inputs(conn, session_id)?;
     match scope {
         Scope::Continuations(ids) => Ok(pending
@@ -121,12 +128,13 @@ pub fn promotable(conn: &Connection, session_id: &str, scope: &Scope) -> Result<
             for input in pending {
                 match ids::continuation_execution(&input.id) {
                     None => out.push(input),
-                    // A continuation runs when its recovery wake is due — or when it
-                    // carries a wake flag itself, so that nothing the clear check
-                    // waits for is left unpromoted.
+                    // A continuation runs when its recovery wake is due and continuing
+                    // on its own is allowed — or when it carries a wake flag itself,
+                    // so that nothing the clear check waits for is left unpromoted.
                     Some(execution_id)
                         if input.wake_pending
-                            || recovery_wake_is_awake(conn, execution_id, &input.id)? =>
+                            || (auto_continue
+                                && recovery_wake_is_awake(conn, execution_id, &input.id)?) =>
                     {
                         out.push(input)
                     }
@@ -159,7 +167,7 @@ pub fn finish_recovery_wake(tx: &Transaction<'_>, input_id: &str) -> Result<()> 
     Ok(())
 }
 
-/// Sessions with an input admitted with a wake that was never promoted (SPEC §5.7).
+/// Sessions with an input admitted with a wake that was never promoted (protocol §5.7).
 pub fn with_pending_input_wakes(conn: &Connection) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT session_id FROM session_input

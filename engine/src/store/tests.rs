@@ -427,3 +427,48 @@ fn r3_1_append_numbers_events_per_session_and_projects_in_the_same_transaction()
     let replayed = replay(store.conn(), "ses_a").unwrap();
     assert_eq!(replayed, rows::load_all(store.conn(), "ses_a").unwrap());
 }
+
+#[test]
+fn r2_3_a_healthy_file_is_never_refused_while_another_process_starts_writing() {
+    // Writers come and go (each leaves no log behind when it closes), while
+    // preflights look at the file: every look must find it healthy.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    drop(Store::open(&path, &clock()).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (path, stop) = (path.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut store = Store::open(&path, &clock()).unwrap();
+                for _ in 0..2 {
+                    i += 1;
+                    store
+                        .write(|tx| {
+                            crate::store::sessions::create(tx, &"x".repeat(40_000), "/", i)
+                                .map(drop)
+                        })
+                        .unwrap();
+                }
+                drop(store);
+            }
+        })
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(1_500);
+    let mut looks = 0;
+    while std::time::Instant::now() < until {
+        let verdict = open::preflight(&path, MIGRATIONS);
+        assert!(
+            matches!(
+                verdict,
+                Ok(open::Preflight::Steward { .. }) | Err(Error::StoreBusy)
+            ),
+            "look {looks}: {verdict:?}"
+        );
+        looks += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+    assert!(looks > 10);
+}

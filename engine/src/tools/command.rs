@@ -13,6 +13,14 @@ use crate::tools::{BoxFuture, Prepared, Tool, ToolContext, ToolOutput, string_ar
 #[derive(Debug)]
 pub struct RunCommand;
 
+/// The command's own timeout (`timeout_ms`, else `tools.command_timeout_ms`).
+fn command_timeout(ctx: &ToolContext, input: &Value) -> u64 {
+    input
+        .get("timeout_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(ctx.config.command_timeout_ms)
+}
+
 impl Tool for RunCommand {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
@@ -32,10 +40,7 @@ impl Tool for RunCommand {
 
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let command = string_arg(input, "command").map(str::to_string);
-        let timeout = input
-            .get("timeout_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or(ctx.config.command_timeout_ms);
+        let timeout = command_timeout(ctx, input);
         let ctx = ctx.clone();
         Box::pin(async move {
             let command = command?;
@@ -82,5 +87,13 @@ impl Tool for RunCommand {
                 })
             }))
         })
+    }
+
+    /// The command stops itself at its own timeout (SIGTERM, the grace, SIGKILL);
+    /// the runner's bound lies beyond that.
+    fn timeout(&self, ctx: &ToolContext, input: &Value) -> Duration {
+        Duration::from_millis(command_timeout(ctx, input))
+            + Duration::from_millis(ctx.config.kill_grace_ms)
+            + Duration::from_secs(2)
     }
 }

@@ -1,10 +1,27 @@
 //! `read_file`, `list_dir` and `write_file`. Relative paths resolve against the
 //! session's directory.
+//!
+//! Paths are resolved after symbolic links ([`ToolContext::locate`]); one outside the
+//! session's directory needs the user's permission ([`Tool::assess`]), and the run
+//! checks again that it still resolves as it did when the user was asked. The tools
+//! take regular files and directories only — a FIFO, device or socket could block
+//! for ever or never end — open files without blocking, read at most the output
+//! limit, and list at most [`MAX_ENTRIES`] entries.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
 use crate::provider::ToolSpec;
-use crate::tools::{BoxFuture, Prepared, Tool, ToolContext, ToolOutput, cap_output, string_arg};
+use crate::tools::{
+    Assessment, BoxFuture, Prepared, Tool, ToolContext, ToolOutput, cap_output, string_arg,
+};
+
+/// The most entries `list_dir` reads from one directory.
+pub const MAX_ENTRIES: usize = 2_000;
 
 fn path_schema(extra: Value) -> Value {
     let mut properties = json!({"path": {"type": "string", "description": "File path, relative to the session directory or absolute"}});
@@ -13,6 +30,27 @@ fn path_schema(extra: Value) -> Value {
     }
     let required: Vec<&String> = properties.as_object().unwrap().keys().collect();
     json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The assessment of a file tool's `path` argument.
+fn assess_path(ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
+    let located = ctx.locate(string_arg(input, "path")?)?;
+    Ok(Assessment {
+        outside: (!located.inside).then_some(located.path),
+    })
+}
+
+/// Resolves `path` for a run: outside the session's directory only with the user's
+/// permission (the path may have changed since the user was asked).
+fn located_for_run(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+    let located = ctx.locate(path)?;
+    if !located.inside && !ctx.allow_outside {
+        return Err(format!(
+            "{} lies outside the session directory and was not allowed",
+            located.path.display()
+        ));
+    }
+    Ok(located.path)
 }
 
 /// Runs a quick filesystem call off the async threads.
@@ -24,6 +62,56 @@ fn blocking(f: impl FnOnce() -> ToolOutput + Send + 'static) -> Prepared {
                 .unwrap_or_else(|e| ToolOutput::Failed(format!("the tool panicked: {e}")))
         })
     })
+}
+
+/// What kind of file `meta` describes, for errors.
+fn kind(meta: &Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a regular file"
+    }
+}
+
+/// Opens a regular file for reading without ever blocking on it, and checks that
+/// what was opened is still a regular file.
+fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "cannot read {}: it is {}, not a regular file",
+            path.display(),
+            kind(&meta)
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "cannot read {}: it is {}, not a regular file",
+            path.display(),
+            kind(&meta)
+        ));
+    }
+    Ok((file, meta))
 }
 
 #[derive(Debug)]
@@ -38,24 +126,42 @@ impl Tool for ReadFile {
         }
     }
 
+    fn assess(&self, ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
+        assess_path(ctx, input)
+    }
+
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let prepared = string_arg(input, "path").map(|path| {
-            let path = ctx.resolve(path);
-            let limit = ctx.config.output_limit_bytes;
-            blocking(move || match std::fs::read(&path) {
-                Ok(bytes) => {
-                    let (output, truncated) =
-                        cap_output(String::from_utf8_lossy(&bytes).into_owned(), limit);
-                    ToolOutput::Completed {
-                        output,
-                        structured: Some(json!({"bytes": bytes.len(), "truncated": truncated})),
-                    }
-                }
-                Err(e) => ToolOutput::Failed(format!("cannot read {}: {e}", path.display())),
+            let (ctx, path) = (ctx.clone(), path.to_string());
+            blocking(move || match read_capped(&ctx, &path) {
+                Ok(output) => output,
+                Err(e) => ToolOutput::Failed(e),
             })
         });
         Box::pin(async move { prepared })
     }
+}
+
+/// Reads at most the output limit of a regular file: the rest is never read.
+fn read_capped(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
+    let path = located_for_run(ctx, path)?;
+    let (file, meta) = open_regular(&path)?;
+    let limit = ctx.config.output_limit_bytes;
+    let mut bytes = Vec::with_capacity(limit.min(64 * 1024) + 1);
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let over = bytes.len() > limit;
+    bytes.truncate(limit);
+    let (mut output, cut) = cap_output(String::from_utf8_lossy(&bytes).into_owned(), limit);
+    let truncated = over || cut;
+    if over && !cut {
+        output.push_str("\n[output truncated]");
+    }
+    Ok(ToolOutput::Completed {
+        output,
+        structured: Some(json!({"bytes": meta.len(), "truncated": truncated})),
+    })
 }
 
 #[derive(Debug)]
@@ -70,39 +176,63 @@ impl Tool for ListDir {
         }
     }
 
+    fn assess(&self, ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
+        assess_path(ctx, input)
+    }
+
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let prepared = string_arg(input, "path").map(|path| {
-            let path = ctx.resolve(path);
-            let limit = ctx.config.output_limit_bytes;
-            blocking(move || {
-                let entries = match std::fs::read_dir(&path) {
-                    Ok(entries) => entries,
-                    Err(e) => {
-                        return ToolOutput::Failed(format!("cannot list {}: {e}", path.display()));
-                    }
-                };
-                let mut names: Vec<String> = entries
-                    .flatten()
-                    .map(|e| {
-                        let name = e.file_name().to_string_lossy().into_owned();
-                        if e.file_type().is_ok_and(|t| t.is_dir()) {
-                            format!("{name}/")
-                        } else {
-                            name
-                        }
-                    })
-                    .collect();
-                names.sort();
-                let count = names.len();
-                let (output, _) = cap_output(names.join("\n"), limit);
-                ToolOutput::Completed {
-                    output,
-                    structured: Some(json!({"entries": count})),
-                }
+            let (ctx, path) = (ctx.clone(), path.to_string());
+            blocking(move || match list(&ctx, &path) {
+                Ok(output) => output,
+                Err(e) => ToolOutput::Failed(e),
             })
         });
         Box::pin(async move { prepared })
     }
+}
+
+/// Lists at most [`MAX_ENTRIES`] entries, sorted.
+fn list(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
+    let path = located_for_run(ctx, path)?;
+    let meta =
+        std::fs::metadata(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "cannot list {}: it is {}, not a directory",
+            path.display(),
+            kind(&meta)
+        ));
+    }
+    let entries =
+        std::fs::read_dir(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+    let mut names = Vec::new();
+    let mut capped = false;
+    for entry in entries.flatten() {
+        if names.len() == MAX_ENTRIES {
+            capped = true;
+            break;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        names.push(if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            format!("{name}/")
+        } else {
+            name
+        });
+    }
+    names.sort();
+    let count = names.len();
+    let mut text = names.join("\n");
+    if capped {
+        text.push_str(&format!(
+            "\n[listing stopped after {MAX_ENTRIES} entries; the directory has more]"
+        ));
+    }
+    let (output, truncated) = cap_output(text, ctx.config.output_limit_bytes);
+    Ok(ToolOutput::Completed {
+        output,
+        structured: Some(json!({"entries": count, "capped": capped, "truncated": truncated})),
+    })
 }
 
 #[derive(Debug)]
@@ -118,79 +248,64 @@ impl Tool for WriteFile {
         }
     }
 
+    fn assess(&self, ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
+        assess_path(ctx, input)
+    }
+
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let prepared = string_arg(input, "path").and_then(|path| {
             let content = string_arg(input, "content")?.to_string();
-            let path = ctx.resolve(path);
-            Ok(blocking(move || {
-                if let Some(parent) = path.parent()
-                    && let Err(e) = std::fs::create_dir_all(parent)
-                {
-                    return ToolOutput::Failed(format!("cannot create {}: {e}", parent.display()));
-                }
-                match std::fs::write(&path, content.as_bytes()) {
-                    Ok(()) => ToolOutput::Completed {
-                        output: format!("wrote {} bytes to {}", content.len(), path.display()),
-                        structured: Some(json!({"bytes": content.len()})),
-                    },
-                    Err(e) => ToolOutput::Failed(format!("cannot write {}: {e}", path.display())),
-                }
+            let (ctx, path) = (ctx.clone(), path.to_string());
+            Ok(blocking(move || match write(&ctx, &path, &content) {
+                Ok(output) => output,
+                Err(e) => ToolOutput::Failed(e),
             }))
         });
         Box::pin(async move { prepared })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::ToolsConfig;
-    use crate::tools::StopSignals;
-    use pretty_assertions::assert_eq;
-
-    async fn call(tool: &dyn Tool, ctx: &ToolContext, input: Value) -> ToolOutput {
-        match tool.prepare(ctx, &input).await {
-            Ok(prepared) => prepared.run(StopSignals::default()).await,
-            Err(e) => ToolOutput::Failed(e),
-        }
+/// Writes a regular file (creating it and its parents), never blocking on whatever
+/// the path names.
+fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, String> {
+    let path = located_for_run(ctx, path)?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-
-    #[tokio::test]
-    async fn files_are_written_read_and_listed_relative_to_the_session() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext {
-            directory: dir.path().to_path_buf(),
-            config: ToolsConfig::default(),
-        };
-        let wrote = call(
-            &WriteFile,
-            &ctx,
-            json!({"path": "sub/a.txt", "content": "hello"}),
-        )
-        .await;
-        assert!(matches!(wrote, ToolOutput::Completed { .. }), "{wrote:?}");
-        let read = call(&ReadFile, &ctx, json!({"path": "sub/a.txt"})).await;
-        assert_eq!(
-            read,
-            ToolOutput::Completed {
-                output: "hello".into(),
-                structured: Some(json!({"bytes": 5, "truncated": false})),
-            }
-        );
-        let listed = call(&ListDir, &ctx, json!({"path": "."})).await;
-        assert_eq!(
-            listed,
-            ToolOutput::Completed {
-                output: "sub/".into(),
-                structured: Some(json!({"entries": 1})),
-            }
-        );
-        let missing = call(&ReadFile, &ctx, json!({"path": "nope"})).await;
-        assert!(matches!(missing, ToolOutput::Failed(m) if m.contains("cannot read")));
-        let bad = call(&ReadFile, &ctx, json!({"file": "x"})).await;
-        assert_eq!(
-            bad,
-            ToolOutput::Failed("invalid arguments: `path` (a string) is required".into())
-        );
+    if let Ok(meta) = std::fs::metadata(&path)
+        && !meta.is_file()
+    {
+        return Err(format!(
+            "cannot write {}: it is {}, not a regular file",
+            path.display(),
+            kind(&meta)
+        ));
     }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "cannot write {}: it is {}, not a regular file",
+            path.display(),
+            kind(&meta)
+        ));
+    }
+    file.write_all(content.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(ToolOutput::Completed {
+        output: format!("wrote {} bytes to {}", content.len(), path.display()),
+        structured: Some(json!({"bytes": content.len()})),
+    })
 }
+
+#[cfg(test)]
+mod tests;

@@ -299,6 +299,32 @@ async fn an_api_key_is_sent_as_a_bearer_token() {
 }
 
 #[tokio::test]
+async fn an_api_key_echoed_by_the_server_never_reaches_an_error_or_debug_output() {
+    // The variable's value stands in for a key (the test never sets variables).
+    let key = std::env::var("PATH").unwrap();
+    let (url, _) = serve(vec![Reply::status(
+        401,
+        &format!("{{\"error\": \"bad key: Bearer {key}\"}}"),
+    )])
+    .await;
+    let mut config = config(&url);
+    config.api_key_env = Some("PATH".into());
+    let provider = OpenAiProvider::new(&config).unwrap();
+    let events = collect(&provider).await;
+    let Some(Err(error)) = events.last() else {
+        panic!("expected an error: {events:?}")
+    };
+    assert!(error.message.contains("401"), "{}", error.message);
+    assert!(error.message.contains("<redacted>"), "{}", error.message);
+    assert!(
+        !error.message.contains(&key),
+        "the key leaked: {}",
+        error.message
+    );
+    assert!(!format!("{provider:?}").contains(&key));
+}
+
+#[tokio::test]
 async fn dropping_the_stream_hangs_up_on_a_slow_server() {
     let slow = Reply {
         status: 200,

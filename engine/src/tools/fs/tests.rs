@@ -1,0 +1,208 @@
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::config::ToolsConfig;
+use crate::tools::StopSignals;
+use pretty_assertions::assert_eq;
+
+async fn call(tool: &dyn Tool, ctx: &ToolContext, input: Value) -> ToolOutput {
+    match tool.prepare(ctx, &input).await {
+        Ok(prepared) => prepared.run(StopSignals::default()).await,
+        Err(e) => ToolOutput::Failed(e),
+    }
+}
+
+fn ctx_in(dir: &Path) -> ToolContext {
+    ToolContext {
+        directory: dir.to_path_buf(),
+        config: ToolsConfig::default(),
+        allow_outside: false,
+    }
+}
+
+fn failure(output: ToolOutput) -> String {
+    match output {
+        ToolOutput::Failed(message) => message,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn files_are_written_read_and_listed_relative_to_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ctx_in(dir.path());
+    let wrote = call(
+        &WriteFile,
+        &ctx,
+        json!({"path": "sub/a.txt", "content": "hello"}),
+    )
+    .await;
+    assert!(matches!(wrote, ToolOutput::Completed { .. }), "{wrote:?}");
+    let read = call(&ReadFile, &ctx, json!({"path": "sub/a.txt"})).await;
+    assert_eq!(
+        read,
+        ToolOutput::Completed {
+            output: "hello".into(),
+            structured: Some(json!({"bytes": 5, "truncated": false})),
+        }
+    );
+    let listed = call(&ListDir, &ctx, json!({"path": "."})).await;
+    assert_eq!(
+        listed,
+        ToolOutput::Completed {
+            output: "sub/".into(),
+            structured: Some(json!({"entries": 1, "capped": false, "truncated": false})),
+        }
+    );
+    let missing = failure(call(&ReadFile, &ctx, json!({"path": "nope"})).await);
+    assert!(missing.contains("cannot read"), "{missing}");
+    let bad = failure(call(&ReadFile, &ctx, json!({"file": "x"})).await);
+    assert_eq!(bad, "invalid arguments: `path` (a string) is required");
+}
+
+#[tokio::test]
+async fn a_fifo_is_refused_at_once_instead_of_blocking_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ctx_in(dir.path());
+    mkfifo(&dir.path().join("pipe"));
+    let started = Instant::now();
+    let read = failure(call(&ReadFile, &ctx, json!({"path": "pipe"})).await);
+    assert!(
+        read.contains("a FIFO (named pipe), not a regular file"),
+        "{read}"
+    );
+    let wrote = failure(call(&WriteFile, &ctx, json!({"path": "pipe", "content": "x"})).await);
+    assert!(
+        wrote.contains("a FIFO (named pipe), not a regular file"),
+        "{wrote}"
+    );
+    let listed = failure(call(&ListDir, &ctx, json!({"path": "pipe"})).await);
+    assert!(listed.contains("not a directory"), "{listed}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn devices_are_refused_so_dev_zero_never_fills_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ToolContext {
+        allow_outside: true,
+        ..ctx_in(dir.path())
+    };
+    let read = failure(call(&ReadFile, &ctx, json!({"path": "/dev/zero"})).await);
+    assert!(
+        read.contains("a character device, not a regular file"),
+        "{read}"
+    );
+}
+
+#[tokio::test]
+async fn a_large_file_is_read_only_up_to_the_output_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ctx = ctx_in(dir.path());
+    ctx.config.output_limit_bytes = 1_000;
+    std::fs::write(dir.path().join("big.txt"), "x".repeat(5_000_000)).unwrap();
+    let ToolOutput::Completed { output, structured } =
+        call(&ReadFile, &ctx, json!({"path": "big.txt"})).await
+    else {
+        panic!("read failed")
+    };
+    assert_eq!(output, format!("{}\n[output truncated]", "x".repeat(1_000)));
+    assert_eq!(
+        structured,
+        Some(json!({"bytes": 5_000_000, "truncated": true}))
+    );
+}
+
+#[tokio::test]
+async fn list_dir_stops_after_its_entry_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ctx_in(dir.path());
+    for i in 0..MAX_ENTRIES + 5 {
+        std::fs::write(dir.path().join(format!("f{i:05}")), b"").unwrap();
+    }
+    let ToolOutput::Completed { output, structured } =
+        call(&ListDir, &ctx, json!({"path": "."})).await
+    else {
+        panic!("list failed")
+    };
+    assert_eq!(
+        structured,
+        Some(json!({"entries": MAX_ENTRIES, "capped": true, "truncated": false}))
+    );
+    assert!(output.ends_with("the directory has more]"), "{output}");
+}
+
+#[test]
+fn paths_outside_the_session_directory_are_assessed_after_symlinks() {
+    let root = tempfile::tempdir().unwrap();
+    let session = root.path().join("work");
+    std::fs::create_dir_all(session.join("sub")).unwrap();
+    let secret = root.path().join("secret.txt");
+    std::fs::write(&secret, "s").unwrap();
+    std::os::unix::fs::symlink(&secret, session.join("link")).unwrap();
+    std::os::unix::fs::symlink(root.path(), session.join("up")).unwrap();
+    let ctx = ctx_in(&session);
+    let secret = std::fs::canonicalize(&secret).unwrap();
+    let outside = |path: &str| {
+        ReadFile
+            .assess(&ctx, &json!({"path": path}))
+            .unwrap()
+            .outside
+    };
+    assert_eq!(outside("sub"), None);
+    assert_eq!(outside("new/file.txt"), None);
+    assert_eq!(outside(secret.to_str().unwrap()), Some(secret.clone()));
+    assert_eq!(outside("../secret.txt"), Some(secret.clone()));
+    assert_eq!(outside("link"), Some(secret.clone()));
+    assert_eq!(outside("up/secret.txt"), Some(secret.clone()));
+    assert_eq!(
+        outside("up/new.txt"),
+        Some(std::fs::canonicalize(root.path()).unwrap().join("new.txt"))
+    );
+    let climbing = WriteFile
+        .assess(&ctx, &json!({"path": "missing/../../x", "content": ""}))
+        .unwrap_err();
+    assert!(
+        climbing.contains("cannot resolve") || climbing.contains("climbs"),
+        "{climbing}"
+    );
+}
+
+#[tokio::test]
+async fn a_run_never_reaches_outside_without_permission() {
+    let root = tempfile::tempdir().unwrap();
+    let session = root.path().join("work");
+    std::fs::create_dir_all(&session).unwrap();
+    std::fs::write(root.path().join("secret.txt"), "s").unwrap();
+    std::os::unix::fs::symlink(root.path().join("secret.txt"), session.join("link")).unwrap();
+    let ctx = ctx_in(&session);
+    let denied = failure(call(&ReadFile, &ctx, json!({"path": "link"})).await);
+    assert!(denied.contains("outside the session directory"), "{denied}");
+    let denied = failure(
+        call(
+            &WriteFile,
+            &ctx,
+            json!({"path": "../new.txt", "content": "x"}),
+        )
+        .await,
+    );
+    assert!(denied.contains("outside the session directory"), "{denied}");
+    assert!(!root.path().join("new.txt").exists());
+    let allowed = ToolContext {
+        allow_outside: true,
+        ..ctx
+    };
+    let read = call(&ReadFile, &allowed, json!({"path": "link"})).await;
+    assert!(
+        matches!(read, ToolOutput::Completed { ref output, .. } if output == "s"),
+        "{read:?}"
+    );
+}

@@ -109,6 +109,8 @@ fn r5_sigkill_while_a_tool_sleeps_is_reconciled_and_continued_without_repeating_
         "line\n",
         "the tool ran twice"
     );
+    let text = stdout(&env.run(&["show", &session]));
+    assert_eq!(text.matches(INTERRUPTED).count(), 1, "{text}");
     let doctor = env.run(&["doctor"]);
     assert_eq!(code(&doctor), 0, "{}", stdout(&doctor));
 }

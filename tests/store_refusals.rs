@@ -207,7 +207,13 @@ fn r2_1_a_fresh_data_dir_gets_a_migrated_database() {
     let output = env.run(&["doctor", "--json"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
-    assert_eq!(report["schema_version"], "0001_init");
+    assert_eq!(
+        report["schema_version"],
+        steward_engine::store::migrate::MIGRATIONS
+            .last()
+            .unwrap()
+            .id
+    );
     assert_eq!(report["quick_check"], "ok");
     assert_eq!(report["ok"], true);
     assert_eq!(report["path"], env.db().display().to_string());

@@ -1,5 +1,6 @@
 //! One file per subcommand.
 
+pub mod chat;
 pub mod discard;
 pub mod doctor;
 pub mod inspect;

@@ -32,7 +32,8 @@ mod exit {
 ///
 /// Every session execution holds a lease in one SQLite file. After a crash, the next
 /// launch reconciles what was interrupted, never runs a tool or provider call twice,
-/// and carries the agent on.
+/// and carries the agent on. With no command, Steward opens its terminal interface:
+/// sessions, the transcript, a prompt, and the inspector (press ? for the keys).
 #[derive(Debug, Parser)]
 #[command(name = "steward", version)]
 struct Cli {
@@ -51,6 +52,10 @@ struct Cli {
     /// The scripted provider's TOML script (default: the built-in demo).
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
+    /// Let the terminal interface capture the mouse (off by default, so the
+    /// terminal's own selection and scrolling keep working).
+    #[arg(long)]
+    mouse: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -137,16 +142,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let paths = Paths::resolve(cli.data_dir.clone(), cli.config.clone())?;
     let config = load_config(&paths, &cli)?;
     let clock: SharedClock = SystemClock::shared();
-    let Some(command) = cli.command else {
-        bail!("the terminal interface is not part of this build yet; see `steward --help`");
-    };
-    if let Command::Inspect { json } = command {
+    if let Some(Command::Inspect { json }) = cli.command {
         // Never writes: no database is created, no log file either.
-        return commands::inspect::run(&paths, &clock, json);
+        return commands::inspect::run(&paths, &clock, json, cli.mouse);
     }
     let store = match open_store(&paths, clock.as_ref()) {
-        Err(error) if matches!(command, Command::Doctor { .. }) => {
-            let Command::Doctor { json } = command else {
+        Err(error) if matches!(cli.command, Some(Command::Doctor { .. })) => {
+            let Some(Command::Doctor { json }) = cli.command else {
                 unreachable!()
             };
             // A refused file is explained, still without writing.
@@ -163,6 +165,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         paths,
         config,
         clock,
+    };
+    let Some(command) = cli.command else {
+        return commands::chat::run(&ctx, store, cli.mouse);
     };
     match command {
         Command::Run(args) => commands::run::run(&ctx, store, args),

@@ -58,6 +58,86 @@ impl Config {
     }
 }
 
+/// `text` (a config file) with `tool` added to `tools.allow`, keeping everything
+/// else — comments included — as it was. `allow` is the list in effect (the
+/// default one when the file sets none). Errors when the file's `tools.allow` spans
+/// several lines (the user adds the tool by hand then) or the result would not load.
+pub fn with_allowed_tool(text: &str, allow: &[String], tool: &str) -> Result<String, String> {
+    let mut allow = allow.to_vec();
+    if !allow.iter().any(|t| t == tool) {
+        allow.push(tool.to_string());
+    }
+    let line = format!(
+        "allow = [{}]",
+        allow
+            .iter()
+            .map(|t| format!("{t:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let header = lines.iter().position(|l| l.trim() == "[tools]");
+    match header {
+        None => {
+            if lines.last().is_some_and(|l| !l.trim().is_empty()) {
+                lines.push(String::new());
+            }
+            lines.push("[tools]".into());
+            lines.push(line);
+        }
+        Some(at) => {
+            let end = lines[at + 1..]
+                .iter()
+                .position(|l| l.trim_start().starts_with('['))
+                .map_or(lines.len(), |i| at + 1 + i);
+            let existing = (at + 1..end).find(|i| {
+                let l = lines[*i].trim_start();
+                l.strip_prefix("allow")
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+            match existing {
+                Some(i) if lines[i].contains('[') && lines[i].contains(']') => lines[i] = line,
+                Some(_) => {
+                    return Err(
+                        "tools.allow spans several lines in the config file; add the tool there by hand"
+                            .into(),
+                    );
+                }
+                None => lines.insert(at + 1, line),
+            }
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    let check = Config::from_toml(&out)?;
+    if !check.tools.allow.iter().any(|t| t == tool) {
+        return Err("the edited config file would not allow the tool".into());
+    }
+    Ok(out)
+}
+
+/// Adds `tool` to `tools.allow` in the config file at `path` (created when missing),
+/// replacing the file in one rename.
+pub fn save_allowed_tool(
+    path: &std::path::Path,
+    allow: &[String],
+    tool: &str,
+) -> Result<(), String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let edited = with_allowed_tool(&text, allow, tool)?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let temp = path.with_extension("toml.saving");
+    std::fs::write(&temp, edited).map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+    std::fs::rename(&temp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
+
 /// `[provider]`: which model answers.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -248,6 +328,33 @@ mod tests {
         }
         let ok = Config::from_toml("[lease]\nlease_ms = 1000\nheartbeat_ms = 500\n").unwrap();
         assert_eq!(ok.lease.heartbeat(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_tool_is_added_to_tools_allow_keeping_the_rest_of_the_file() {
+        let defaults = ToolsConfig::default().allow;
+        let added = with_allowed_tool("", &defaults, "write_file").unwrap();
+        assert_eq!(
+            added,
+            "[tools]\nallow = [\"read_file\", \"list_dir\", \"write_file\"]\n"
+        );
+        let text = "# my settings\n[tools]\n# keep this\nallow = [\"read_file\"] # mine\n\n[lease]\nlease_ms = 30000\n";
+        let added = with_allowed_tool(text, &["read_file".to_string()], "run_command").unwrap();
+        assert_eq!(
+            added,
+            "# my settings\n[tools]\n# keep this\nallow = [\"read_file\", \"run_command\"]\n\n[lease]\nlease_ms = 30000\n"
+        );
+        let no_allow = "[tools]\ncommand_timeout_ms = 5\n";
+        assert_eq!(
+            with_allowed_tool(no_allow, &defaults, "write_file").unwrap(),
+            "[tools]\nallow = [\"read_file\", \"list_dir\", \"write_file\"]\ncommand_timeout_ms = 5\n"
+        );
+        let multi = "[tools]\nallow = [\n  \"read_file\",\n]\n";
+        assert!(
+            with_allowed_tool(multi, &defaults, "x")
+                .unwrap_err()
+                .contains("by hand")
+        );
     }
 
     #[test]

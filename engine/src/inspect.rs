@@ -2,6 +2,11 @@
 //! inspector's snapshot of owners, claims, quarantine, wakes and recoveries. Reading
 //! only: nothing here writes or recovers.
 
+pub mod pages;
+mod reader;
+
+pub use reader::Reader;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::Connection;
@@ -215,19 +220,7 @@ pub fn snapshot(conn: &Connection, lock_files: &Owners, now_ms: i64) -> Result<S
                     time_created: integer(&c.time_created),
                 });
             }
-            ClaimView {
-                execution_id: c.id.clone(),
-                session_id: c.session_id.clone(),
-                owner_id: c.owner_id.clone(),
-                epoch: json_value(&c.epoch),
-                phase: c.phase_text(),
-                assistant_message_id: c.assistant_message_id.clone(),
-                assistant_seq: json_value(&c.assistant_seq),
-                time_created: json_value(&c.time_created),
-                expires_at: json_value(&c.expires_at),
-                state: c.state(now_ms),
-                recovery_error: c.recovery_error.clone(),
-            }
+            claim_view(c, now_ms)
         })
         .collect();
     let recoveries = recoveries(conn)?;
@@ -278,6 +271,23 @@ pub fn snapshot(conn: &Connection, lock_files: &Owners, now_ms: i64) -> Result<S
     })
 }
 
+/// A claim as the inspector shows it at `now_ms`.
+pub fn claim_view(c: &ClaimRow, now_ms: i64) -> ClaimView {
+    ClaimView {
+        execution_id: c.id.clone(),
+        session_id: c.session_id.clone(),
+        owner_id: c.owner_id.clone(),
+        epoch: json_value(&c.epoch),
+        phase: c.phase_text(),
+        assistant_message_id: c.assistant_message_id.clone(),
+        assistant_seq: json_value(&c.assistant_seq),
+        time_created: json_value(&c.time_created),
+        expires_at: json_value(&c.expires_at),
+        state: c.state(now_ms),
+        recovery_error: c.recovery_error.clone(),
+    }
+}
+
 /// Every `session_recovery` row, oldest first.
 pub fn recoveries(conn: &Connection) -> Result<Vec<RecoveryView>> {
     let mut stmt = conn.prepare_cached(
@@ -285,18 +295,21 @@ pub fn recoveries(conn: &Connection) -> Result<Vec<RecoveryView>> {
                 wake_pending, wake_attempts, recovery_error, time_created
          FROM session_recovery ORDER BY time_created, execution_id",
     )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(RecoveryView {
-            execution_id: r.get(0)?,
-            session_id: r.get(1)?,
-            phase: r.get(2)?,
-            assistant_message_id: r.get(3)?,
-            continuation_message_id: r.get(4)?,
-            wake_pending: r.get::<_, i64>(5)? != 0,
-            wake_attempts: r.get(6)?,
-            recovery_error: r.get(7)?,
-            time_created: r.get(8)?,
-        })
-    })?;
+    let rows = stmt.query_map([], recovery_view)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A `session_recovery` row in the column order the queries here select.
+pub(crate) fn recovery_view(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecoveryView> {
+    Ok(RecoveryView {
+        execution_id: r.get(0)?,
+        session_id: r.get(1)?,
+        phase: r.get(2)?,
+        assistant_message_id: r.get(3)?,
+        continuation_message_id: r.get(4)?,
+        wake_pending: r.get::<_, i64>(5)? != 0,
+        wake_attempts: r.get(6)?,
+        recovery_error: r.get(7)?,
+        time_created: r.get(8)?,
+    })
 }

@@ -1,81 +1,56 @@
-//! `steward inspect [--json]`: claims, quarantined rows, pending wakes and recoveries,
-//! read-only — never writes, never recovers, never creates the database. `--json`
-//! prints one snapshot; on a terminal the view refreshes live as other processes
-//! change the file (Ctrl-C to leave).
+//! `steward inspect [--json]`: owners, claims, quarantined rows, pending wakes and
+//! recoveries, read-only — it never writes, never recovers, never creates the
+//! database, and works on a crashed file before any recovery. On a terminal it opens
+//! the inspector alone (live as other processes change the file; its actions shown
+//! disabled); otherwise, or with `--json`, it prints one snapshot.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Result;
 use steward_engine::clock::SharedClock;
 use steward_engine::doctor::diagnosis::{Failed, diagnose};
-use steward_engine::inspect::{self, Snapshot};
+use steward_engine::inspect::{Reader, Snapshot};
 use steward_engine::store::migrate::MIGRATIONS;
-use steward_engine::store::open::Preflight;
-use steward_engine::store::open::{open_read_only, preflight};
-
-use crate::paths::Paths;
+use steward_engine::store::open::preflight;
 
 use crate::output::out;
+use crate::paths::Paths;
 
-pub fn run(paths: &Paths, clock: &SharedClock, json: bool) -> Result<ExitCode> {
-    let snapshot = read(paths, clock)?;
+pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Result<ExitCode> {
+    warn_if_damaged(paths);
+    let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if !json && terminal {
+        let options = steward_tui::Options {
+            data_dir: paths.data_dir.clone(),
+            database: paths.database.clone(),
+            owners_dir: paths.owners.clone(),
+            cwd: std::env::current_dir()?,
+            config_path: paths.config.clone(),
+            mouse,
+            clock: clock.clone(),
+        };
+        crate::context::runtime()?.block_on(steward_tui::run_inspector(options))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let snapshot =
+        Reader::open_even_if_damaged(&paths.database, &paths.owners)?.snapshot(clock.now_ms())?;
     if json {
         out!("{}", serde_json::to_string(&snapshot)?);
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        print(&snapshot);
     }
-    print(&snapshot);
-    if !std::io::stdout().is_terminal() {
-        return Ok(ExitCode::SUCCESS);
-    }
-    live(paths, clock, snapshot)
+    Ok(ExitCode::SUCCESS)
 }
 
-fn read(paths: &Paths, clock: &SharedClock) -> Result<Snapshot> {
-    match preflight(&paths.database, MIGRATIONS) {
-        Ok(Preflight::Absent) => return Ok(Snapshot::default()),
-        Ok(_) => {}
-        // A damaged Steward database is shown as far as it can be read (reading
-        // only); anything else is refused as by every command.
-        Err(steward_engine::Error::DatabaseRefused { reason, .. })
-            if diagnose(&paths.database, &reason, MIGRATIONS).failed == Failed::Integrity =>
-        {
-            eprintln!("steward: warning: {reason}; showing what can still be read");
-        }
-        Err(e) => return Err(e.into()),
+/// A damaged Steward database is shown as far as it can be read; say so once.
+fn warn_if_damaged(paths: &Paths) {
+    if let Err(steward_engine::Error::DatabaseRefused { reason, .. }) =
+        preflight(&paths.database, MIGRATIONS)
+        && diagnose(&paths.database, &reason, MIGRATIONS).failed == Failed::Integrity
+    {
+        eprintln!("steward: warning: {reason}; showing what can still be read");
     }
-    let conn = open_read_only(&paths.database)?;
-    Ok(steward_engine::store::read(&conn, |c| {
-        inspect::snapshot(
-            c,
-            &steward_engine::owner::Owners::new(&paths.owners),
-            clock.now_ms(),
-        )
-    })?)
-}
-
-/// Redraws when the data directory's doorbell rings, or every second.
-fn live(paths: &Paths, clock: &SharedClock, mut last: Snapshot) -> Result<ExitCode> {
-    let runtime = crate::context::runtime()?;
-    runtime.block_on(async {
-        let bell = Arc::new(tokio::sync::Notify::new());
-        let _watcher = steward_engine::doorbell::watch(&paths.data_dir, bell.clone());
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
-                _ = bell.notified() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            let snapshot = read(paths, clock)?;
-            if snapshot != last {
-                crate::output::write(format_args!("\x1b[2J\x1b[H"));
-                print(&snapshot);
-                last = snapshot;
-            }
-        }
-    })
 }
 
 fn print(s: &Snapshot) {

@@ -75,7 +75,11 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                         }
                     }
                 }
-                if let Some(error) = &a.error {
+                // Recovery writes its text as a part too: say it once.
+                let said = a.parts.iter().any(
+                    |p| matches!(p, Part::Text { id, text } if id.starts_with("recovery:") && *text == error_message(a)),
+                );
+                if let Some(error) = a.error.as_ref().filter(|_| !said) {
                     out!("  ({}: {})", error.kind, error.message);
                 }
             }
@@ -85,4 +89,11 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
         out!("\n(pending {}) {}", input.delivery.as_str(), input.prompt);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn error_message(a: &steward_engine::message::AssistantData) -> &str {
+    a.error
+        .as_ref()
+        .map(|e| e.message.as_str())
+        .unwrap_or_default()
 }

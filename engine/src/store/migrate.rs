@@ -15,10 +15,16 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, oldest first. Append-only once landed.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    id: "0001_init",
-    sql: include_str!("../../../migrations/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        id: "0001_init",
+        sql: include_str!("../../../migrations/0001_init.sql"),
+    },
+    Migration {
+        id: "0002_session_recovery_session_idx",
+        sql: include_str!("../../../migrations/0002_session_recovery_session_idx.sql"),
+    },
+];
 
 const CREATE_SCHEMA_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS schema_migration (
     id TEXT PRIMARY KEY,

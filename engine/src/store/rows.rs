@@ -144,6 +144,29 @@ pub fn messages(conn: &Connection, session_id: &str) -> Result<Vec<MessageRow>> 
         .collect()
 }
 
+/// Up to `limit` messages of a session ending just before `before_seq` (the newest
+/// when `None`), in transcript order: one keyset page of a long transcript.
+pub fn messages_before(
+    conn: &Connection,
+    session_id: &str,
+    before_seq: Option<i64>,
+    limit: usize,
+) -> Result<Vec<MessageRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3"
+    ))?;
+    let before = before_seq.unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![session_id, before, limit], raw_message)?;
+    let mut out = rows
+        .map(|r| r.map_err(Error::from).and_then(RawMessage::decode))
+        .collect::<Result<Vec<_>>>()?;
+    out.reverse();
+    Ok(out)
+}
+
 pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",

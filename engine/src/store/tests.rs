@@ -24,7 +24,7 @@ fn names(conn: &Connection, kind: &str) -> Vec<String> {
 }
 
 #[test]
-fn r2_5_first_migration_creates_every_table_and_index() {
+fn r2_5_the_migrations_create_every_table_and_index() {
     let store = Store::open_in_memory(&clock()).unwrap();
     let conn = store.conn();
     assert_eq!(
@@ -55,6 +55,7 @@ fn r2_5_first_migration_creates_every_table_and_index() {
             "session_message_session_time_created_id_idx",
             "session_message_session_type_seq_idx",
             "session_recovery_continuation_message_idx",
+            "session_recovery_session_idx",
             "session_recovery_wake_pending_time_created_execution_idx",
         ]
     );
@@ -471,4 +472,70 @@ fn r2_3_a_healthy_file_is_never_refused_while_another_process_starts_writing() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.join().unwrap();
     assert!(looks > 10);
+}
+
+#[test]
+fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
+    use crate::testing::{Stage, interrupted};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let clock = clock();
+    let dump = |conn: &Connection| -> Vec<String> {
+        let mut out = Vec::new();
+        for table in [
+            "session",
+            "event",
+            "session_message",
+            "session_input",
+            "session_execution",
+            "session_recovery",
+        ] {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                .unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(format!("{table}: {}", row.unwrap().join(", ")));
+            }
+        }
+        out
+    };
+    {
+        let mut store = Store::open_with(&path, &MIGRATIONS[..1], &clock).unwrap();
+        for i in 0..30 {
+            interrupted(&mut store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
+        }
+        let p = crate::recovery::Params {
+            owner_id: "own_r".into(),
+            owners: crate::owner::Owners::new(dir.path().join("owners")),
+            lease_ms: 30_000,
+            slack_ms: crate::recovery::CLOCK_SLACK_MS,
+        };
+        // Half reconciled (recovery rows), half still claimed.
+        let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, 100_000).unwrap();
+        pass.next_batch(store.conn_mut(), 100_000).unwrap();
+    }
+    let before = dump(&Connection::open(&path).unwrap());
+    assert!(before.iter().any(|r| r.starts_with("session_recovery: ")));
+    let store = Store::open(&path, &clock).unwrap();
+    assert_eq!(dump(store.conn()), before);
+    let plan: String = store
+        .conn()
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT count(*) FROM session_recovery WHERE session_id = 'ses_01'",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("session_recovery_session_idx"), "{plan}");
 }

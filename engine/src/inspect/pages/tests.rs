@@ -1,0 +1,256 @@
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::store::Store;
+use crate::testing::{Stage, interrupted};
+
+const T0: i64 = 1_700_000_000_000;
+const LATER: i64 = T0 + 60_000;
+
+fn store() -> Store {
+    Store::open_in_memory(&ManualClock::new(T0)).unwrap()
+}
+
+fn params() -> crate::recovery::Params {
+    crate::recovery::Params {
+        owner_id: "own_r".into(),
+        owners: Owners::new("/nonexistent/owners"),
+        lease_ms: 30_000,
+        slack_ms: crate::recovery::CLOCK_SLACK_MS,
+    }
+}
+
+/// Every page of `fetch`, following the keys, until a short page.
+fn all_pages<T>(
+    limit: usize,
+    mut fetch: impl FnMut(&PageRequest) -> Vec<T>,
+    key: impl Fn(&T) -> String,
+) -> Vec<Vec<T>> {
+    let mut pages = Vec::new();
+    let mut request = PageRequest::first(limit);
+    loop {
+        let page = fetch(&request);
+        let short = page.len() < limit;
+        request.after = page.last().map(&key);
+        pages.push(page);
+        if short {
+            return pages;
+        }
+    }
+}
+
+#[test]
+fn claims_are_paged_by_key_in_either_order_without_gaps_or_repeats() {
+    let mut store = store();
+    let mut ids: Vec<String> = (0..23)
+        .map(|i| {
+            interrupted(
+                &mut store,
+                &format!("ses_{:02}", 22 - i),
+                Stage::Promoted,
+                T0 + i,
+            )
+        })
+        .collect();
+    ids.sort();
+    let pages = all_pages(
+        10,
+        |r| claims(store.conn(), ClaimOrder::Created, r).unwrap(),
+        |c| claim_key(c, ClaimOrder::Created),
+    );
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![10, 10, 3]
+    );
+    let seen: Vec<String> = pages.concat().into_iter().map(|c| c.id).collect();
+    assert_eq!(seen, ids);
+    let by_session: Vec<String> = all_pages(
+        7,
+        |r| claims(store.conn(), ClaimOrder::Session, r).unwrap(),
+        |c| claim_key(c, ClaimOrder::Session),
+    )
+    .concat()
+    .into_iter()
+    .map(|c| c.session_id)
+    .collect();
+    let expected: Vec<String> = (0..23).map(|i| format!("ses_{i:02}")).collect();
+    assert_eq!(by_session, expected);
+}
+
+#[test]
+fn a_filter_narrows_every_page() {
+    let mut store = store();
+    for i in 0..12 {
+        interrupted(&mut store, &format!("ses_{i:02}"), Stage::Promoted, T0 + i);
+    }
+    let request = PageRequest {
+        filter: Some("ses_1".into()),
+        ..PageRequest::first(50)
+    };
+    let found: Vec<String> = claims(store.conn(), ClaimOrder::Session, &request)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.session_id)
+        .collect();
+    assert_eq!(found, vec!["ses_10", "ses_11"]);
+    let found: Vec<String> = sessions(store.conn(), T0, &request)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(found, vec!["ses_11", "ses_10"]);
+    // `_` is matched literally, not as a wildcard.
+    let underscore = PageRequest {
+        filter: Some("s_1".into()),
+        ..PageRequest::first(50)
+    };
+    assert_eq!(sessions(store.conn(), T0, &underscore).unwrap().len(), 2);
+    let none = PageRequest {
+        filter: Some("ses%1".into()),
+        ..PageRequest::first(50)
+    };
+    assert_eq!(sessions(store.conn(), T0, &none).unwrap().len(), 0);
+}
+
+#[test]
+fn r5_12_session_states_and_counts_follow_claims_recoveries_and_wakes() {
+    let mut store = store();
+    interrupted(&mut store, "ses_a_recovered", Stage::Tools, T0);
+    interrupted(&mut store, "ses_b_parked", Stage::Tools, T0);
+    let running = interrupted(&mut store, "ses_c_running", Stage::Tools, LATER - 1_000);
+    crate::recovery::pass(store.conn_mut(), &params(), LATER).unwrap();
+    store
+        .conn()
+        .execute_batch(
+            "UPDATE session_recovery SET wake_pending = 0, recovery_error = 'parked'
+             WHERE session_id = 'ses_b_parked';",
+        )
+        .unwrap();
+    store
+        .write(|tx| {
+            crate::store::sessions::create(tx, "idle", "/", T0).map(drop)?;
+            Ok(())
+        })
+        .unwrap();
+    let states: BTreeMap<String, SessionState> =
+        sessions(store.conn(), LATER, &PageRequest::first(50))
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.id, s.state))
+            .collect();
+    assert_eq!(states["ses_a_recovered"], SessionState::Recovered);
+    assert_eq!(states["ses_b_parked"], SessionState::Quarantined);
+    assert_eq!(states["ses_c_running"], SessionState::Running);
+    assert_eq!(
+        states
+            .values()
+            .filter(|s| **s == SessionState::Idle)
+            .count(),
+        1
+    );
+    assert_eq!(
+        counts(store.conn()).unwrap(),
+        Counts {
+            sessions: 4,
+            claims: 1,
+            quarantine: 1,
+            wakes: 1,
+            recoveries: 2,
+            owners: 0,
+        }
+    );
+    let waking: Vec<(&str, String)> = wakes(store.conn(), &PageRequest::first(10))
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.kind, w.session_id))
+        .collect();
+    assert_eq!(waking, vec![("recovery", "ses_a_recovered".to_string())]);
+    let quarantined = quarantine(store.conn(), &PageRequest::first(10)).unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(
+        (quarantined[0].kind, quarantined[0].reason.as_str()),
+        ("recovery", "parked")
+    );
+    let lines = claim_lines(
+        store.conn(),
+        &Owners::new("/nonexistent"),
+        &claims(store.conn(), ClaimOrder::Created, &PageRequest::first(10)).unwrap(),
+        LATER,
+    )
+    .unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].claim.execution_id, running);
+    assert_eq!(lines[0].claim.state, ClaimState::Live);
+    assert_eq!(lines[0].owner, Liveness::Unknown);
+}
+
+#[test]
+fn every_page_query_is_served_by_an_index() {
+    let store = store();
+    let plans = [
+        "SELECT id FROM session WHERE id < 'x' ORDER BY id DESC LIMIT 50",
+        "SELECT id FROM session_execution WHERE id > '' ORDER BY id LIMIT 50",
+        "SELECT id FROM session_execution WHERE session_id > '' ORDER BY session_id LIMIT 50",
+        "SELECT execution_id FROM session_recovery WHERE execution_id > '' ORDER BY execution_id LIMIT 50",
+        "SELECT count(*) FROM session_recovery WHERE session_id = 'x'",
+        "SELECT 1 FROM session_input WHERE session_id = 'x' AND promoted_seq IS NULL AND wake_pending = 1",
+        "SELECT id FROM session_message WHERE session_id = 'x' AND seq < 5 ORDER BY seq DESC LIMIT 50",
+    ];
+    for sql in plans {
+        let mut stmt = store
+            .conn()
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        let steps: Vec<String> = stmt
+            .query_map([], |r| r.get(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            steps
+                .iter()
+                .all(|s| !s.starts_with("SCAN") || s.contains("INDEX")),
+            "{sql}: {steps:?}"
+        );
+        assert!(
+            steps.iter().all(|s| !s.contains("TEMP B-TREE")),
+            "{sql} sorts: {steps:?}"
+        );
+    }
+}
+
+#[test]
+fn paging_back_gives_the_page_before_in_the_tables_order() {
+    let mut store = store();
+    for i in 0..25 {
+        interrupted(&mut store, &format!("ses_{i:02}"), Stage::Promoted, T0 + i);
+    }
+    let forward = all_pages(
+        10,
+        |r| sessions(store.conn(), T0, r).unwrap(),
+        |s| s.id.clone(),
+    );
+    assert_eq!(
+        forward.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![10, 10, 5]
+    );
+    let back = PageRequest {
+        before: Some(forward[2][0].id.clone()),
+        ..PageRequest::first(10)
+    };
+    assert_eq!(sessions(store.conn(), T0, &back).unwrap(), forward[1]);
+    let claims_forward = all_pages(
+        10,
+        |r| claims(store.conn(), ClaimOrder::Created, r).unwrap(),
+        |c| c.id.clone(),
+    );
+    let back = PageRequest {
+        before: Some(claims_forward[1][0].id.clone()),
+        ..PageRequest::first(10)
+    };
+    assert_eq!(
+        claims(store.conn(), ClaimOrder::Created, &back).unwrap(),
+        claims_forward[0]
+    );
+}

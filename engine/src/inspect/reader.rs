@@ -1,0 +1,178 @@
+//! [`Reader`]: a read-only view of a data directory for screens and embedders —
+//! the session list, a transcript a page at a time, and the inspector's tables —
+//! on its own read-only connection, so that reading never waits for (or delays) the
+//! writer. It never writes, never creates a database and never recovers: it can look
+//! at a crashed file as it is.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::inspect::pages::{self, ClaimLine, ClaimOrder, Counts, PageRequest};
+use crate::inspect::{QuarantineView, RecoveryView, SessionSummary, Snapshot, WakeView};
+use crate::owner::{Liveness, OwnerRow, Owners};
+use crate::projection::{InputRow, MessageRow, SessionRow};
+use crate::store::migrate::MIGRATIONS;
+use crate::store::open::{self, Preflight};
+use crate::store::{self, rows};
+
+/// A read-only view of one data directory.
+#[derive(Debug)]
+pub struct Reader {
+    path: PathBuf,
+    owners: Owners,
+    conn: Option<Connection>,
+    /// The connection was opened with `immutable=1` (no log existed): it cannot see
+    /// later writes, so it is reopened before each read.
+    immutable: bool,
+    /// Read a Steward database that fails its integrity check as far as it can be.
+    damaged_ok: bool,
+}
+
+impl Reader {
+    /// A reader of the database at `database`, probing owner locks under
+    /// `owners_dir`. Checks the file as every command does (protocol §2.3) but
+    /// opens nothing for writing; an absent file reads as empty.
+    pub fn open(database: &Path, owners_dir: &Path) -> Result<Reader> {
+        Reader::open_with(database, owners_dir, false)
+    }
+
+    /// [`Reader::open`], but a Steward database that fails `PRAGMA quick_check` is
+    /// read as far as it can be instead of refused (every other refusal stands).
+    pub fn open_even_if_damaged(database: &Path, owners_dir: &Path) -> Result<Reader> {
+        Reader::open_with(database, owners_dir, true)
+    }
+
+    fn open_with(database: &Path, owners_dir: &Path, damaged_ok: bool) -> Result<Reader> {
+        let mut reader = Reader {
+            path: database.to_path_buf(),
+            owners: Owners::new(owners_dir),
+            conn: None,
+            immutable: false,
+            damaged_ok,
+        };
+        reader.reconnect()?;
+        Ok(reader)
+    }
+
+    /// Opens the connection again when the last one cannot see new writes, or when
+    /// the file appeared since.
+    fn reconnect(&mut self) -> Result<()> {
+        if self.conn.is_some() && !self.immutable {
+            return Ok(());
+        }
+        self.conn = None;
+        match open::preflight(&self.path, MIGRATIONS) {
+            Ok(Preflight::Absent) => return Ok(()),
+            Ok(_) => {}
+            Err(Error::DatabaseRefused { reason, .. })
+                if self.damaged_ok
+                    && crate::doctor::diagnosis::diagnose(&self.path, &reason, MIGRATIONS)
+                        .failed
+                        == crate::doctor::diagnosis::Failed::Integrity => {}
+            Err(e) => return Err(e),
+        }
+        self.immutable = !open::sidecar(&self.path, "-wal").exists();
+        let conn = open::open_read_only(&self.path).map_err(|e| open::classify(&self.path, e))?;
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    /// Runs `f` in one read transaction; `None` when there is no database yet.
+    fn read<R>(&mut self, f: impl FnOnce(&Connection, &Owners) -> Result<R>) -> Result<Option<R>> {
+        self.reconnect()?;
+        let Some(conn) = &self.conn else {
+            return Ok(None);
+        };
+        let owners = &self.owners;
+        store::read(conn, |c| f(c, owners)).map(Some)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn counts(&mut self) -> Result<Counts> {
+        Ok(self.read(|c, _| pages::counts(c))?.unwrap_or_default())
+    }
+
+    /// Sessions, newest first.
+    pub fn sessions(&mut self, now_ms: i64, page: &PageRequest) -> Result<Vec<SessionSummary>> {
+        Ok(self
+            .read(|c, _| pages::sessions(c, now_ms, page))?
+            .unwrap_or_default())
+    }
+
+    pub fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>> {
+        Ok(self.read(|c, _| rows::session(c, session_id))?.flatten())
+    }
+
+    /// Up to `limit` messages ending before `before_seq` (the newest when `None`).
+    pub fn transcript(
+        &mut self,
+        session_id: &str,
+        before_seq: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<MessageRow>> {
+        Ok(self
+            .read(|c, _| rows::messages_before(c, session_id, before_seq, limit))?
+            .unwrap_or_default())
+    }
+
+    pub fn pending_inputs(&mut self, session_id: &str) -> Result<Vec<InputRow>> {
+        Ok(self
+            .read(|c, _| rows::pending_inputs(c, session_id))?
+            .unwrap_or_default())
+    }
+
+    /// Claims with what the lock probe proves about their owners.
+    pub fn claims(
+        &mut self,
+        order: ClaimOrder,
+        page: &PageRequest,
+        now_ms: i64,
+    ) -> Result<Vec<ClaimLine>> {
+        Ok(self
+            .read(|c, owners| {
+                let rows = pages::claims(c, order, page)?;
+                pages::claim_lines(c, owners, &rows, now_ms)
+            })?
+            .unwrap_or_default())
+    }
+
+    pub fn quarantine(&mut self, page: &PageRequest) -> Result<Vec<QuarantineView>> {
+        Ok(self
+            .read(|c, _| pages::quarantine(c, page))?
+            .unwrap_or_default())
+    }
+
+    pub fn wakes(&mut self, page: &PageRequest) -> Result<Vec<WakeView>> {
+        Ok(self.read(|c, _| pages::wakes(c, page))?.unwrap_or_default())
+    }
+
+    pub fn recoveries(&mut self, page: &PageRequest) -> Result<Vec<RecoveryView>> {
+        Ok(self
+            .read(|c, _| pages::recoveries(c, page))?
+            .unwrap_or_default())
+    }
+
+    pub fn owners(&mut self, page: &PageRequest) -> Result<Vec<(OwnerRow, Liveness)>> {
+        Ok(self
+            .read(|c, owners| pages::owners(c, owners, page))?
+            .unwrap_or_default())
+    }
+
+    /// Everything at once (`inspect --json`).
+    pub fn snapshot(&mut self, now_ms: i64) -> Result<Snapshot> {
+        Ok(self
+            .read(|c, owners| crate::inspect::snapshot(c, owners, now_ms))?
+            .unwrap_or_default())
+    }
+
+    /// Runs `f` on the connection in one read transaction (tests and benchmarks).
+    pub fn with_connection<R>(&mut self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        self.read(|c, _| f(c))?
+            .ok_or_else(|| Error::Invalid("there is no database yet".into()))
+    }
+}

@@ -1,0 +1,444 @@
+//! The one state of the interface ([`App`]), the messages that change it ([`Msg`])
+//! and the effects it asks the runtime to carry out ([`Effect`]). [`crate::update`]
+//! is the only code that changes an `App`; [`crate::view`] only reads one.
+
+use std::collections::BTreeSet;
+
+use ratatui::crossterm::event::KeyEvent;
+use ratatui_textarea::TextArea;
+use steward_engine::inspect::pages::{ClaimLine, ClaimOrder, Counts, PageRequest};
+use steward_engine::inspect::{QuarantineView, RecoveryView, SessionSummary, WakeView};
+use steward_engine::owner::{Liveness, OwnerRow};
+use steward_engine::projection::{InputRow, MessageRow, SessionRow};
+use steward_engine::recovery::RecoveryReport;
+use steward_engine::runner::EngineEvent;
+use steward_engine::tools::PermissionRequest;
+
+use crate::theme::Theme;
+
+/// Rows a table or list loads at once.
+pub const PAGE: usize = 100;
+/// Messages of a transcript loaded at once.
+pub const TRANSCRIPT_PAGE: usize = 200;
+
+/// Chat with the inspector, or the inspector alone and read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `steward`: sessions run here; the inspector's actions are enabled.
+    Chat,
+    /// `steward inspect`: reads only; actions are shown disabled.
+    ReadOnly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Chat,
+    Inspector,
+}
+
+/// The chat's panes, in Tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pane {
+    Sessions,
+    Transcript,
+    Prompt,
+}
+
+/// The inspector's tabs, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    Claims,
+    Quarantine,
+    Wakes,
+    Recoveries,
+    Owners,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 5] = [
+        Tab::Claims,
+        Tab::Quarantine,
+        Tab::Wakes,
+        Tab::Recoveries,
+        Tab::Owners,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Tab::Claims => "Claims",
+            Tab::Quarantine => "Quarantine",
+            Tab::Wakes => "Wakes",
+            Tab::Recoveries => "Recoveries",
+            Tab::Owners => "Owners",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        Tab::ALL.iter().position(|t| *t == self).unwrap_or(0)
+    }
+
+    pub fn count(self, counts: &Counts) -> i64 {
+        match self {
+            Tab::Claims => counts.claims,
+            Tab::Quarantine => counts.quarantine,
+            Tab::Wakes => counts.wakes,
+            Tab::Recoveries => counts.recoveries,
+            Tab::Owners => counts.owners,
+        }
+    }
+}
+
+/// The rows of the inspector's current page.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rows {
+    Claims(Vec<ClaimLine>),
+    Quarantine(Vec<QuarantineView>),
+    Wakes(Vec<WakeView>),
+    Recoveries(Vec<RecoveryView>),
+    Owners(Vec<(OwnerRow, Liveness)>),
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::Claims(r) => r.len(),
+            Rows::Quarantine(r) => r.len(),
+            Rows::Wakes(r) => r.len(),
+            Rows::Recoveries(r) => r.len(),
+            Rows::Owners(r) => r.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn tab(&self) -> Tab {
+        match self {
+            Rows::Claims(_) => Tab::Claims,
+            Rows::Quarantine(_) => Tab::Quarantine,
+            Rows::Wakes(_) => Tab::Wakes,
+            Rows::Recoveries(_) => Tab::Recoveries,
+            Rows::Owners(_) => Tab::Owners,
+        }
+    }
+
+    /// The key a page continues from, for row `i` (see [`PageRequest`]).
+    pub fn key(&self, i: usize, order: ClaimOrder) -> Option<String> {
+        Some(match self {
+            Rows::Claims(r) => match order {
+                ClaimOrder::Created => r.get(i)?.claim.execution_id.clone(),
+                ClaimOrder::Session => r.get(i)?.claim.session_id.clone(),
+            },
+            Rows::Quarantine(r) => r.get(i)?.execution_id.clone(),
+            Rows::Wakes(r) => r.get(i)?.input_id.clone(),
+            Rows::Recoveries(r) => r.get(i)?.execution_id.clone(),
+            Rows::Owners(r) => r.get(i)?.0.id.clone(),
+        })
+    }
+
+    /// The execution a row is about (what the actions act on).
+    pub fn execution(&self, i: usize) -> Option<String> {
+        match self {
+            Rows::Claims(r) => Some(r.get(i)?.claim.execution_id.clone()),
+            Rows::Quarantine(r) => Some(r.get(i)?.execution_id.clone()),
+            Rows::Wakes(r) => r.get(i)?.execution_id.clone(),
+            Rows::Recoveries(r) => Some(r.get(i)?.execution_id.clone()),
+            Rows::Owners(_) => None,
+        }
+    }
+}
+
+/// The inspector: one tab's page, its selection, sort and filter.
+#[derive(Debug, Clone)]
+pub struct Inspector {
+    pub tab: Tab,
+    pub rows: Rows,
+    pub selected: usize,
+    /// The page on screen (what a refresh reloads).
+    pub request: PageRequest,
+    pub order: ClaimOrder,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub counts: Counts,
+}
+
+impl Default for Inspector {
+    fn default() -> Self {
+        Inspector {
+            tab: Tab::Claims,
+            rows: Rows::Claims(Vec::new()),
+            selected: 0,
+            request: PageRequest::first(PAGE),
+            order: ClaimOrder::Created,
+            filter: String::new(),
+            editing_filter: false,
+            counts: Counts::default(),
+        }
+    }
+}
+
+/// The session list's page.
+#[derive(Debug, Clone)]
+pub struct SessionList {
+    pub rows: Vec<SessionSummary>,
+    pub selected: usize,
+    pub request: PageRequest,
+}
+
+impl Default for SessionList {
+    fn default() -> Self {
+        SessionList {
+            rows: Vec::new(),
+            selected: 0,
+            request: PageRequest::first(PAGE),
+        }
+    }
+}
+
+/// The open session's transcript (its newest messages, a page at a time).
+#[derive(Debug, Clone, Default)]
+pub struct Transcript {
+    pub session: Option<SessionRow>,
+    pub messages: Vec<MessageRow>,
+    pub pending: Vec<InputRow>,
+    /// Older messages exist before the first one loaded.
+    pub has_older: bool,
+    /// How many messages (from the newest) are loaded.
+    pub loaded: usize,
+    /// Lines scrolled up from the bottom (0 follows the newest line).
+    pub scroll: usize,
+    /// Tool output shown whole instead of its first lines.
+    pub expanded: bool,
+}
+
+/// What the last launch recovery found, for the header and the panel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Launch {
+    pub report: Option<RecoveryReport>,
+    /// When it ran (ms since the epoch).
+    pub at_ms: i64,
+    /// Recovery wakes pending or parked after it, as (execution, session, parked).
+    pub wakes: Vec<(String, String, bool)>,
+    /// Whether recovered sessions continue on their own (`recovery.auto_continue`).
+    pub auto_continue: bool,
+}
+
+/// One line of the after-crash panel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PanelLine {
+    pub symbol: &'static str,
+    pub session_id: String,
+    pub execution_id: String,
+    pub what: String,
+    pub detail: String,
+    /// Where Enter goes: the session (chat) or an inspector tab.
+    pub target: Option<Tab>,
+}
+
+/// An inspector action, confirmed with `y`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    Wake,
+    Discard,
+    Retry,
+}
+
+impl Act {
+    pub fn verb(self) -> &'static str {
+        match self {
+            Act::Wake => "wake",
+            Act::Discard => "discard",
+            Act::Retry => "retry",
+        }
+    }
+}
+
+/// What sits over the screen.
+#[derive(Debug, Clone)]
+pub enum Overlay {
+    Help {
+        scroll: usize,
+    },
+    Panel {
+        lines: Vec<PanelLine>,
+        selected: usize,
+    },
+    Confirm {
+        act: Act,
+        execution_id: String,
+    },
+    /// Quitting while turns run here.
+    Quit {
+        running: Vec<String>,
+    },
+    Permission {
+        id: u64,
+        request: PermissionRequest,
+    },
+}
+
+/// Everything on screen.
+#[derive(Debug)]
+pub struct App {
+    pub mode: Mode,
+    pub screen: Screen,
+    pub pane: Pane,
+    pub theme: Theme,
+    pub data_dir: String,
+    pub owner_id: Option<String>,
+    /// The directory `n` creates sessions in.
+    pub cwd: String,
+    pub launch: Launch,
+    pub counts: Counts,
+    pub sessions: SessionList,
+    pub transcript: Transcript,
+    pub prompt: TextArea<'static>,
+    pub inspector: Inspector,
+    pub overlay: Vec<Overlay>,
+    /// Sessions with an execution running here.
+    pub running: BTreeSet<String>,
+    /// This owner's claims as (session, expires_at): the header's lease health.
+    pub own_claims: Vec<(String, i64)>,
+    /// Wall-clock ms, moved by ticks and loads.
+    pub now_ms: i64,
+    /// A one-line note in the footer (an action's result, an error).
+    pub status: Option<String>,
+    /// Bumped by every frame drawn while a turn runs (the spinner).
+    pub frame: u64,
+    pub quit: bool,
+}
+
+impl App {
+    pub fn new(mode: Mode, data_dir: String, cwd: String, theme: Theme, now_ms: i64) -> App {
+        let mut prompt = TextArea::default();
+        prompt.set_cursor_line_style(ratatui::style::Style::default());
+        prompt.set_placeholder_text("Write to the agent…");
+        App {
+            mode,
+            screen: match mode {
+                Mode::Chat => Screen::Chat,
+                Mode::ReadOnly => Screen::Inspector,
+            },
+            pane: Pane::Prompt,
+            theme,
+            data_dir,
+            owner_id: None,
+            cwd,
+            launch: Launch::default(),
+            counts: Counts::default(),
+            sessions: SessionList::default(),
+            transcript: Transcript::default(),
+            prompt,
+            inspector: Inspector::default(),
+            overlay: Vec::new(),
+            running: BTreeSet::new(),
+            own_claims: Vec::new(),
+            now_ms,
+            status: None,
+            frame: 0,
+            quit: false,
+        }
+    }
+
+    /// The session the chat shows.
+    pub fn current_session(&self) -> Option<&str> {
+        self.transcript.session.as_ref().map(|s| s.id.as_str())
+    }
+
+    /// Whether the open session runs here now.
+    pub fn current_is_running(&self) -> bool {
+        self.current_session()
+            .is_some_and(|s| self.running.contains(s))
+    }
+
+    /// Whether something on screen counts down (so the clock must tick).
+    pub fn needs_ticks(&self) -> bool {
+        let claims_visible = self.screen == Screen::Inspector
+            && matches!(&self.inspector.rows, Rows::Claims(rows) if rows.iter().any(|c| c.claim.state == steward_engine::claim::ClaimState::Live));
+        claims_visible || !self.running.is_empty()
+    }
+}
+
+/// Everything that changes an [`App`].
+#[derive(Debug)]
+pub enum Msg {
+    Key(KeyEvent),
+    Paste(String),
+    Resize,
+    /// The clock moved (only while something counts down).
+    Tick(i64),
+    /// The database changed (another process, or this one): reload what is shown.
+    Changed,
+    Engine(EngineEvent),
+    /// The sessions running here now.
+    Running(BTreeSet<String>),
+    Loaded(Box<Loaded>),
+    /// A tool asks for permission.
+    Permission {
+        id: u64,
+        request: PermissionRequest,
+    },
+    /// An effect finished: a note for the footer.
+    Done(Result<String, String>),
+    /// A session was created (then opened).
+    Created(SessionRow),
+    /// The launch recovery's report.
+    Launched(Launch),
+}
+
+/// What a load brought back.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub now_ms: i64,
+    pub counts: Option<Counts>,
+    pub sessions: Option<(PageRequest, Vec<SessionSummary>)>,
+    pub transcript: Option<LoadedTranscript>,
+    pub rows: Option<(PageRequest, Rows)>,
+    pub own_claims: Option<Vec<(String, i64)>>,
+}
+
+#[derive(Debug)]
+pub struct LoadedTranscript {
+    pub session: SessionRow,
+    pub messages: Vec<MessageRow>,
+    pub pending: Vec<InputRow>,
+    pub has_older: bool,
+}
+
+/// What the screen needs loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct View {
+    pub sessions: Option<PageRequest>,
+    /// A session and how many of its newest messages.
+    pub transcript: Option<(String, usize)>,
+    pub table: Option<(Tab, ClaimOrder, PageRequest)>,
+    pub owner_id: Option<String>,
+}
+
+/// What `update` asks the runtime to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Load(View),
+    /// Admit `prompt` to `session` (a new session in the current directory if none)
+    /// and run it.
+    Submit {
+        session: Option<String>,
+        prompt: String,
+    },
+    Cancel(String),
+    Act(Act, String),
+    Answer {
+        id: u64,
+        allow: bool,
+    },
+    /// Allow this tool for the rest of the run (and save it to the config file).
+    AllowTool {
+        tool: String,
+        save: bool,
+    },
+    /// Quit; cancel the running turns first when asked.
+    Quit {
+        cancel_running: bool,
+    },
+}

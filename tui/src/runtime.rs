@@ -1,0 +1,333 @@
+//! The event loop: one `select!` over terminal input, the engine's events, the
+//! data-directory doorbell (with a slow poll behind it), loaded data, permission
+//! questions, and a clock that ticks only while something on screen counts down.
+//! Messages go through [`update`]; effects are carried out here; frames are drawn
+//! from the state, at most one per [`FRAME`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratatui::crossterm::event::{self, Event};
+use steward_engine::Engine;
+use steward_engine::clock::SharedClock;
+use steward_engine::inspect::Reader;
+use tokio::sync::Notify;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::time::Instant;
+
+use crate::app::{Act, App, Effect, Launch, Mode, Msg};
+use crate::loader::Loader;
+use crate::permission::Asks;
+use crate::terminal::Taken;
+use crate::theme::Theme;
+use crate::update::{update, view_of};
+use crate::view::view;
+
+/// The shortest time between two frames.
+const FRAME: Duration = Duration::from_millis(16);
+/// How often the screen reloads when no doorbell rang (file events can be missed).
+const POLL: Duration = Duration::from_secs(5);
+/// The countdown clock, while one is on screen.
+const TICK: Duration = Duration::from_millis(250);
+
+/// What the screen needs to know about where it runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub data_dir: PathBuf,
+    pub database: PathBuf,
+    pub owners_dir: PathBuf,
+    /// Where `n` and a first prompt create sessions.
+    pub cwd: PathBuf,
+    /// Where "always allow and save" writes.
+    pub config_path: PathBuf,
+    pub mouse: bool,
+    pub clock: SharedClock,
+}
+
+/// What the user chose when leaving the chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Nothing ran, or the running turns are left for recovery.
+    Quit,
+    /// The running turns were cancelled first.
+    CancelledAndQuit,
+}
+
+/// `steward`: the chat, with the inspector a key away. The launch recovery already
+/// ran; its report opens the after-crash panel.
+pub async fn run_chat(
+    engine: &Engine,
+    asks: Asks,
+    launch: Launch,
+    options: Options,
+) -> std::io::Result<Leave> {
+    let reader = Reader::open(&options.database, &options.owners_dir)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut app = App::new(
+        Mode::Chat,
+        options.data_dir.display().to_string(),
+        options.cwd.display().to_string(),
+        Theme::from_env(),
+        options.clock.now_ms(),
+    );
+    app.owner_id = Some(engine.owner_id().to_string());
+    let mut taken = Taken::take(options.mouse)?;
+    let mut loop_ = EventLoop::new(reader, &options, Some(engine), Some(asks));
+    loop_.inbox.send(Msg::Launched(launch)).ok();
+    let leave = loop_.run(&mut app, &mut taken).await;
+    drop(taken);
+    leave
+}
+
+/// `steward inspect` on a terminal: the inspector alone, reading only.
+pub async fn run_inspector(options: Options) -> std::io::Result<()> {
+    let reader = Reader::open_even_if_damaged(&options.database, &options.owners_dir)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut app = App::new(
+        Mode::ReadOnly,
+        options.data_dir.display().to_string(),
+        options.cwd.display().to_string(),
+        Theme::from_env(),
+        options.clock.now_ms(),
+    );
+    let mut taken = Taken::take(options.mouse)?;
+    let mut loop_ = EventLoop::new(reader, &options, None, None);
+    loop_.inbox.send(Msg::Changed).ok();
+    loop_.run(&mut app, &mut taken).await?;
+    Ok(())
+}
+
+struct EventLoop<'e> {
+    engine: Option<&'e Engine>,
+    asks: Option<Asks>,
+    loader: Loader,
+    inbox: UnboundedSender<Msg>,
+    messages: mpsc::UnboundedReceiver<Msg>,
+    keys: mpsc::UnboundedReceiver<Event>,
+    bell: Arc<Notify>,
+    _watcher: Option<Box<dyn std::any::Any>>,
+    options: Options,
+}
+
+impl<'e> EventLoop<'e> {
+    fn new(
+        reader: Reader,
+        options: &Options,
+        engine: Option<&'e Engine>,
+        asks: Option<Asks>,
+    ) -> EventLoop<'e> {
+        let (inbox, messages) = mpsc::unbounded_channel();
+        let loader = Loader::spawn(reader, options.clock.clone(), inbox.clone());
+        let bell = Arc::new(Notify::new());
+        let watcher = steward_engine::doorbell::watch(&options.data_dir, bell.clone())
+            .map(|w| Box::new(w) as Box<dyn std::any::Any>);
+        EventLoop {
+            engine,
+            asks,
+            loader,
+            inbox,
+            messages,
+            keys: terminal_events(),
+            bell,
+            _watcher: watcher,
+            options: options.clone(),
+        }
+    }
+
+    async fn run(&mut self, app: &mut App, taken: &mut Taken) -> std::io::Result<Leave> {
+        let mut events = self.engine.map(|e| e.subscribe());
+        let mut dirty = true;
+        let mut last_frame = Instant::now() - FRAME;
+        let mut poll = tokio::time::interval(POLL);
+        poll.tick().await;
+        let mut tick = tokio::time::interval(TICK);
+        let mut leave = Leave::Quit;
+        self.loader.request(view_of(app));
+        loop {
+            if dirty && last_frame.elapsed() >= FRAME {
+                if !app.running.is_empty() {
+                    app.frame += 1;
+                }
+                taken.terminal.draw(|f| view(app, f))?;
+                last_frame = Instant::now();
+                dirty = false;
+            }
+            if app.quit {
+                return Ok(leave);
+            }
+            let next_frame = last_frame + FRAME;
+            let msg = tokio::select! {
+                Some(event) = self.keys.recv() => match event {
+                    Event::Key(key) => Msg::Key(key),
+                    Event::Paste(text) => Msg::Paste(text),
+                    Event::Resize(..) => Msg::Resize,
+                    _ => continue,
+                },
+                Some(msg) = self.messages.recv() => msg,
+                event = recv_engine(&mut events) => match event {
+                    Some(event) => {
+                        if let Some(engine) = self.engine {
+                            let running = engine.coordinator().running().into_iter().collect();
+                            let _ = self.inbox.send(Msg::Running(running));
+                        }
+                        Msg::Engine(event)
+                    }
+                    None => Msg::Changed,
+                },
+                Some(ask) = recv_ask(&mut self.asks) => {
+                    let (id, request) = self.asks.as_mut().expect("asks exist").hold(ask);
+                    Msg::Permission { id, request }
+                }
+                _ = self.bell.notified() => Msg::Changed,
+                _ = poll.tick(), if self._watcher.is_none() => Msg::Changed,
+                _ = tick.tick(), if app.needs_ticks() => Msg::Tick(self.options.clock.now_ms()),
+                _ = tokio::time::sleep_until(next_frame), if dirty => continue,
+            };
+            dirty = true;
+            for effect in update(app, msg) {
+                if let Some(chosen) = self.carry_out(app, effect).await {
+                    leave = chosen;
+                }
+            }
+        }
+    }
+
+    /// Carries out one effect. Engine work runs in tasks that report back through
+    /// the inbox; only quitting is waited for here.
+    async fn carry_out(&mut self, app: &mut App, effect: Effect) -> Option<Leave> {
+        match effect {
+            Effect::Load(view) => self.loader.request(view),
+            Effect::Submit { session, prompt } => {
+                let engine = self.engine?;
+                let inbox = self.inbox.clone();
+                let cwd = self.options.cwd.display().to_string();
+                let session_id = match session {
+                    Some(id) => id,
+                    None => match engine.create_session(&title_from(&prompt), &cwd).await {
+                        Ok(created) => {
+                            let id = created.id.clone();
+                            let _ = inbox.send(Msg::Created(created));
+                            id
+                        }
+                        Err(e) => {
+                            let _ = inbox.send(Msg::Done(Err(e.to_string())));
+                            return None;
+                        }
+                    },
+                };
+                if let Err(e) = engine.submit(&session_id, &prompt).await {
+                    let _ = inbox.send(Msg::Done(Err(e.to_string())));
+                } else {
+                    let running = engine.coordinator().running().into_iter().collect();
+                    let _ = inbox.send(Msg::Running(running));
+                }
+            }
+            Effect::Cancel(session) => {
+                if let Some(engine) = self.engine {
+                    engine.cancel(&session);
+                }
+            }
+            Effect::Act(act, execution_id) => {
+                let engine = self.engine?;
+                let result = match act {
+                    Act::Wake | Act::Retry => {
+                        engine.continue_execution(&execution_id).await.map(|c| {
+                            format!("{} {execution_id}: {} continues", act.verb(), c.session_id)
+                        })
+                    }
+                    Act::Discard => engine
+                        .discard_execution(&execution_id)
+                        .await
+                        .map(|s| format!("discarded {execution_id} ({s})")),
+                };
+                let _ = self
+                    .inbox
+                    .send(Msg::Done(result.map_err(|e| e.to_string())));
+            }
+            Effect::Answer { id, allow } => {
+                if let Some(asks) = &mut self.asks {
+                    asks.answer(id, allow);
+                }
+            }
+            Effect::AllowTool { tool, save } => {
+                if let Some(asks) = &self.asks {
+                    asks.allow_always(&tool);
+                }
+                if save && let Some(engine) = self.engine {
+                    let result = steward_engine::config::save_allowed_tool(
+                        &self.options.config_path,
+                        &engine.config().tools.allow,
+                        &tool,
+                    )
+                    .map(|()| {
+                        format!(
+                            "saved `{tool}` to tools.allow in {}",
+                            self.options.config_path.display()
+                        )
+                    });
+                    let _ = self.inbox.send(Msg::Done(result));
+                }
+            }
+            Effect::Quit { cancel_running } => {
+                if cancel_running && let Some(engine) = self.engine {
+                    for session in app.running.clone() {
+                        engine.cancel(&session);
+                        engine.wait_idle(&session).await;
+                    }
+                    return Some(Leave::CancelledAndQuit);
+                }
+                return Some(Leave::Quit);
+            }
+        }
+        None
+    }
+}
+
+async fn recv_engine(
+    events: &mut Option<tokio::sync::broadcast::Receiver<steward_engine::runner::EngineEvent>>,
+) -> Option<steward_engine::runner::EngineEvent> {
+    match events {
+        Some(events) => match events.recv().await {
+            Ok(event) => Some(event),
+            Err(RecvError::Lagged(_)) => None,
+            Err(RecvError::Closed) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_ask(asks: &mut Option<Asks>) -> Option<crate::permission::Ask> {
+    match asks {
+        Some(asks) => asks.receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Terminal events, read on their own thread. Reading blocks until a key, so an idle
+/// screen makes no wake-ups here.
+fn terminal_events() -> mpsc::UnboundedReceiver<Event> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("steward-tui-input".into())
+        .spawn(move || {
+            while let Ok(event) = event::read() {
+                if sender.send(event).is_err() {
+                    return;
+                }
+            }
+        })
+        .expect("spawn the input thread");
+    receiver
+}
+
+/// A session title from the start of its first prompt.
+fn title_from(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or_default().trim();
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}

@@ -1,0 +1,77 @@
+//! Taking the terminal and giving it back on every exit path: a normal return, an
+//! error, and a panic (the hook restores before the panic message is printed).
+
+use std::io::{self, Stdout, Write};
+
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{
+    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
+    KeyboardEnhancementFlags, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
+};
+use ratatui::crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+};
+use ratatui::crossterm::{cursor, execute};
+
+pub type Term = Terminal<CrosstermBackend<Stdout>>;
+
+/// The terminal, taken: raw mode, the alternate screen, bracketed paste, keys told
+/// apart (Shift-Enter), and mouse capture only when asked for. Dropping it restores
+/// everything.
+#[derive(Debug)]
+pub struct Taken {
+    pub terminal: Term,
+}
+
+impl Taken {
+    pub fn take(mouse: bool) -> io::Result<Taken> {
+        install_panic_hook();
+        enable_raw_mode()?;
+        let mut out = io::stdout();
+        execute!(
+            out,
+            EnterAlternateScreen,
+            EnableBracketedPaste,
+            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+        )?;
+        if mouse {
+            execute!(out, EnableMouseCapture)?;
+        }
+        let terminal = Terminal::new(CrosstermBackend::new(out))?;
+        Ok(Taken { terminal })
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Leaves the alternate screen, shows the cursor and turns every mode back off.
+/// Safe to call more than once.
+pub fn restore() {
+    let mut out = io::stdout();
+    let _ = execute!(
+        out,
+        PopKeyboardEnhancementFlags,
+        DisableMouseCapture,
+        DisableBracketedPaste,
+        LeaveAlternateScreen,
+        cursor::Show
+    );
+    let _ = disable_raw_mode();
+    let _ = out.flush();
+}
+
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}

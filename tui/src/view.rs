@@ -1,0 +1,346 @@
+//! Rendering: a pure function of the [`App`]. No I/O, no state changes.
+
+mod inspector;
+mod overlay;
+pub mod transcript;
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph};
+use steward_engine::inspect::SessionState;
+
+use crate::app::{App, Mode, Pane, Screen};
+use crate::theme::Role;
+
+/// The smallest terminal the layout fits.
+pub const MIN_WIDTH: u16 = 50;
+pub const MIN_HEIGHT: u16 = 12;
+/// Below this width the chat shows one pane at a time.
+const TWO_PANES: u16 = 80;
+
+/// Draws the whole screen.
+pub fn view(app: &App, frame: &mut Frame) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        too_small(app, frame, area);
+        return;
+    }
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(header_line(app)), header);
+    match app.screen {
+        Screen::Chat => chat(app, frame, body),
+        Screen::Inspector => inspector::render(app, frame, body),
+    }
+    frame.render_widget(Paragraph::new(footer_line(app)), footer);
+    overlay::render(app, frame, area);
+}
+
+fn too_small(app: &App, frame: &mut Frame, area: Rect) {
+    let text = vec![
+        Line::from(Span::styled(
+            "Terminal too small",
+            app.theme.style(Role::Title),
+        )),
+        Line::from(format!(
+            "{}×{} here; Steward needs at least {MIN_WIDTH}×{MIN_HEIGHT}.",
+            area.width, area.height
+        )),
+        Line::from("Enlarge the window, or press q to quit."),
+    ];
+    frame.render_widget(
+        Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
+        area,
+    );
+}
+
+/// `ses_01234567…` → `ses_0123…567`: prefix, head and tail of an id.
+pub fn short_id(id: &str) -> String {
+    let Some((prefix, rest)) = id.split_once('_') else {
+        return id.to_string();
+    };
+    let chars: Vec<char> = rest.chars().collect();
+    if chars.len() <= 10 {
+        return id.to_string();
+    }
+    let head: String = chars[..4].iter().collect();
+    let tail: String = chars[chars.len() - 3..].iter().collect();
+    format!("{prefix}_{head}…{tail}")
+}
+
+/// "in 24.1 s", "3.2 s ago".
+pub fn relative(ms: i64) -> String {
+    let secs = ms.abs() as f64 / 1000.0;
+    let amount = if secs < 60.0 {
+        format!("{secs:.1} s")
+    } else if secs < 3600.0 {
+        format!("{:.0} min", secs / 60.0)
+    } else {
+        format!("{:.0} h", secs / 3600.0)
+    };
+    if ms >= 0 {
+        format!("in {amount}")
+    } else {
+        format!("{amount} ago")
+    }
+}
+
+fn header_line(app: &App) -> Line<'static> {
+    let t = &app.theme;
+    let mut spans = vec![
+        Span::styled(" steward ", t.style(Role::Accent)),
+        Span::styled(format!(" {} ", app.data_dir), t.style(Role::Muted)),
+    ];
+    match &app.owner_id {
+        Some(owner) => spans.push(Span::raw(format!(" {} (this) ", short_id(owner)))),
+        None => spans.push(Span::styled(" read-only ".to_string(), t.style(Role::Warn))),
+    }
+    if app.mode == Mode::Chat {
+        let (text, role) = lease_health(app);
+        spans.push(Span::styled(format!(" {text} "), t.style(role)));
+    }
+    if let Some(report) = &app.launch.report {
+        let ago = relative(app.launch.at_ms - app.now_ms);
+        let n = report.recovered.len() + report.quarantined.len();
+        spans.push(Span::styled(
+            format!(
+                " last recovery {ago} ({n} session{}, {} ms) ",
+                if n == 1 { "" } else { "s" },
+                report.duration_ms
+            ),
+            t.style(Role::Muted),
+        ));
+    }
+    Line::from(spans)
+}
+
+/// How the leases of the executions running here look.
+fn lease_health(app: &App) -> (String, Role) {
+    if app.running.is_empty() {
+        return ("idle".into(), Role::Muted);
+    }
+    let least = app
+        .own_claims
+        .iter()
+        .map(|(_, expires_at)| expires_at - app.now_ms)
+        .min();
+    let n = app.running.len();
+    match least {
+        Some(left) if left <= 0 => (format!("{n} running · lease expired"), Role::Error),
+        Some(left) if left < 5_000 => (format!("{n} running · lease renewing late"), Role::Warn),
+        _ => (format!("{n} running · leases ok"), Role::Ok),
+    }
+}
+
+fn footer_line(app: &App) -> Line<'static> {
+    let t = &app.theme;
+    let hints = match (app.screen, app.pane) {
+        (Screen::Inspector, _) if app.mode == Mode::ReadOnly => {
+            "read-only: actions run from `steward`  ←/→ tab  j/k row  / filter  s sort  ? help  q quit"
+        }
+        (Screen::Inspector, _) if app.inspector.editing_filter => {
+            "type to filter  Enter apply  Esc clear"
+        }
+        (Screen::Inspector, _) => {
+            "←/→ tab  j/k row  / filter  s sort  w wake  d discard  r retry  i chat  ? help  q quit"
+        }
+        (Screen::Chat, Pane::Prompt) => {
+            "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"
+        }
+        (Screen::Chat, _) => "n new  Enter open  i inspector  Tab pane  ? help  q quit",
+    };
+    let mut spans = Vec::new();
+    if let Some(status) = &app.status {
+        spans.push(Span::styled(format!(" {status} "), t.style(Role::Warn)));
+        spans.push(Span::raw(" "));
+    }
+    spans.push(Span::styled(format!(" {hints}"), t.style(Role::Muted)));
+    Line::from(spans)
+}
+
+fn chat(app: &App, frame: &mut Frame, area: Rect) {
+    let prompt_height = (app.prompt.lines().len() as u16).clamp(1, 6) + 2;
+    let [main, prompt] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(prompt_height)]).areas(area);
+    if area.width < TWO_PANES {
+        if app.pane == Pane::Sessions {
+            sessions(app, frame, main);
+        } else {
+            conversation(app, frame, main);
+        }
+    } else {
+        let [left, right] =
+            Layout::horizontal([Constraint::Length(32), Constraint::Min(20)]).areas(main);
+        sessions(app, frame, left);
+        conversation(app, frame, right);
+    }
+    prompt_box(app, frame, prompt);
+}
+
+fn border(app: &App, title: String, focused: bool) -> Block<'static> {
+    let role = if focused { Role::Accent } else { Role::Muted };
+    Block::bordered()
+        .title(Line::from(Span::styled(title, app.theme.style(role))))
+        .border_style(app.theme.style(role))
+}
+
+/// The state badge of a session: a symbol and the same word, so colour is never the
+/// only signal.
+pub fn badge(app: &App, state: SessionState) -> (&'static str, Role) {
+    match state {
+        SessionState::Idle => ("●", Role::Muted),
+        SessionState::Running => {
+            const SPIN: [&str; 4] = ["◐", "◓", "◑", "◒"];
+            (SPIN[(app.frame % 4) as usize], Role::Ok)
+        }
+        SessionState::Waiting => ("…", Role::Warn),
+        SessionState::Recovered => ("↻", Role::Recovered),
+        SessionState::Quarantined => ("⚠", Role::Error),
+    }
+}
+
+fn sessions(app: &App, frame: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let width = usize::from(area.width.saturating_sub(2));
+    let items: Vec<ListItem> = app
+        .sessions
+        .rows
+        .iter()
+        .map(|s| {
+            let state = if app.running.contains(&s.id) {
+                SessionState::Running
+            } else {
+                s.state
+            };
+            let (symbol, role) = badge(app, state);
+            let word = state.as_str();
+            let room = width.saturating_sub(word.len() + 4);
+            let mut title: String = s.title.chars().take(room).collect();
+            if s.title.chars().count() > room && room > 0 {
+                title.pop();
+                title.push('…');
+            }
+            let gap = room.saturating_sub(title.chars().count());
+            let current = app.current_session() == Some(s.id.as_str());
+            ListItem::new(Line::from(vec![
+                Span::styled(format!("{symbol} "), t.style(role)),
+                Span::styled(
+                    title,
+                    if current {
+                        t.style(Role::Title)
+                    } else {
+                        t.style(Role::Plain)
+                    },
+                ),
+                Span::raw(" ".repeat(gap + 1)),
+                Span::styled(word.to_string(), t.style(role)),
+            ]))
+        })
+        .collect();
+    let focused = app.screen == Screen::Chat && app.pane == Pane::Sessions;
+    let title = format!(" Sessions {} ", app.counts.sessions);
+    let list = List::new(items)
+        .block(border(app, title, focused))
+        .highlight_style(t.style(Role::Selected));
+    let mut state = ListState::default();
+    if !app.sessions.rows.is_empty() {
+        state.select(Some(app.sessions.selected));
+    }
+    frame.render_stateful_widget(list, area, &mut state);
+}
+
+fn conversation(app: &App, frame: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let focused = app.pane == Pane::Transcript;
+    let title = match &app.transcript.session {
+        Some(s) => {
+            let state = if app.running.contains(&s.id) {
+                "running"
+            } else {
+                app.sessions
+                    .rows
+                    .iter()
+                    .find(|r| r.id == s.id)
+                    .map(|r| r.state.as_str())
+                    .unwrap_or("idle")
+            };
+            format!(
+                " {} · {} · {} ",
+                if s.title.is_empty() {
+                    "session"
+                } else {
+                    &s.title
+                },
+                short_id(&s.id),
+                state
+            )
+        }
+        None => " new session ".to_string(),
+    };
+    let block = border(app, title, focused);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if app.transcript.session.is_none() {
+        let hint = vec![
+            Line::from(Span::styled("No session open.", t.style(Role::Title))),
+            Line::from(Span::styled(
+                "Write below and press Enter to start one in the current directory,",
+                t.style(Role::Muted),
+            )),
+            Line::from(Span::styled(
+                "or pick a session on the left (Tab, j/k, Enter).",
+                t.style(Role::Muted),
+            )),
+        ];
+        frame.render_widget(Paragraph::new(hint), inner);
+        return;
+    }
+    let lines = transcript::lines(
+        t,
+        &app.transcript.messages,
+        &app.transcript.pending,
+        app.transcript.expanded,
+        inner.width,
+    );
+    let height = usize::from(inner.height);
+    let total = lines.len();
+    let scroll = app.transcript.scroll.min(total.saturating_sub(height));
+    let end = total - scroll;
+    let start = end.saturating_sub(height);
+    let mut visible: Vec<Line> = lines[start..end].to_vec();
+    if start == 0 && app.transcript.has_older && !visible.is_empty() {
+        visible[0] = Line::from(Span::styled(
+            "… older messages: scroll up to load them",
+            t.style(Role::Muted),
+        ));
+    }
+    frame.render_widget(Paragraph::new(visible), inner);
+}
+
+fn prompt_box(app: &App, frame: &mut Frame, area: Rect) {
+    let focused = app.screen == Screen::Chat && app.pane == Pane::Prompt;
+    let title = if app.current_is_running() {
+        " Prompt (queued while the turn runs · Esc cancel turn) ".to_string()
+    } else {
+        " Prompt (Enter send · Ctrl-J newline) ".to_string()
+    };
+    let block = border(app, title, focused);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    frame.render_widget(&app.prompt, inner);
+    if focused && app.overlay.is_empty() {
+        let cursor = app.prompt.screen_cursor();
+        frame.set_cursor_position((
+            inner.x + (cursor.col as u16).min(inner.width.saturating_sub(1)),
+            inner.y + (cursor.row as u16).min(inner.height.saturating_sub(1)),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+//! The inspector: tabs with counts, one page of the selected table, and the full row
+//! (pretty-printed JSON) of the selection. Claims count down to their expiry and say
+//! what the lock probe proves about their owners.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Row, Table, TableState};
+use steward_engine::claim::ClaimState;
+use steward_engine::inspect::pages::{ClaimLine, ClaimOrder};
+use steward_engine::owner::Liveness;
+
+use super::{relative, short_id};
+use crate::app::{App, Mode, Rows, Tab};
+use crate::theme::Role;
+
+pub fn render(app: &App, frame: &mut Frame, area: Rect) {
+    let [tabs, table, detail] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(4),
+        Constraint::Percentage(35),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(tab_line(app)), tabs);
+    render_table(app, frame, table);
+    render_detail(app, frame, detail);
+}
+
+fn tab_line(app: &App) -> Line<'static> {
+    let t = &app.theme;
+    let mut spans = Vec::new();
+    for (i, tab) in Tab::ALL.iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(" │ ", t.style(Role::Muted)));
+        }
+        let text = format!("{} {}", tab.title(), tab.count(&app.inspector.counts));
+        let role = if *tab == app.inspector.tab {
+            Role::Selected
+        } else {
+            Role::Plain
+        };
+        spans.push(Span::styled(text, t.style(role)));
+    }
+    let filter = if app.inspector.editing_filter {
+        format!("   / {}▌", app.inspector.filter)
+    } else if app.inspector.filter.is_empty() {
+        "   / filter".to_string()
+    } else {
+        format!("   / {}", app.inspector.filter)
+    };
+    spans.push(Span::styled(filter, t.style(Role::Accent)));
+    if app.inspector.tab == Tab::Claims {
+        let sort = match app.inspector.order {
+            ClaimOrder::Created => "oldest first",
+            ClaimOrder::Session => "by session",
+        };
+        spans.push(Span::styled(
+            format!("   s sort: {sort}"),
+            t.style(Role::Muted),
+        ));
+    }
+    Line::from(spans)
+}
+
+/// What a claim's state means for the user.
+pub fn claim_state(line: &ClaimLine) -> (String, Role) {
+    match (line.claim.state, line.owner) {
+        (ClaimState::Quarantined, _) => ("quarantined".into(), Role::Error),
+        (ClaimState::Live, Liveness::Dead) => ("owner dead: recoverable now".into(), Role::Warn),
+        (ClaimState::Live, _) => ("live".into(), Role::Ok),
+        (ClaimState::Expired, _) => ("expired: recoverable".into(), Role::Warn),
+    }
+}
+
+fn owner_mark(liveness: Liveness) -> &'static str {
+    match liveness {
+        Liveness::Alive => "✓",
+        Liveness::Dead => "✗",
+        Liveness::Unknown => "?",
+    }
+}
+
+fn render_table(app: &App, frame: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let (header, widths, rows): (Vec<&str>, Vec<Constraint>, Vec<Row>) = match &app.inspector.rows {
+        Rows::Claims(lines) => (
+            vec![
+                "EXECUTION",
+                "SESSION",
+                "OWNER",
+                "PHASE",
+                "EPOCH",
+                "EXPIRES",
+                "STATE",
+            ],
+            vec![
+                Constraint::Length(14),
+                Constraint::Length(14),
+                Constraint::Length(16),
+                Constraint::Length(8),
+                Constraint::Length(5),
+                Constraint::Length(12),
+                Constraint::Min(10),
+            ],
+            lines
+                .iter()
+                .map(|l| {
+                    let (state, role) = claim_state(l);
+                    let expires = l
+                        .claim
+                        .expires_at
+                        .as_i64()
+                        .map(|at| relative(at - app.now_ms))
+                        .unwrap_or_else(|| l.claim.expires_at.to_string());
+                    Row::new(vec![
+                        Span::raw(short_id(&l.claim.execution_id)),
+                        Span::raw(short_id(&l.claim.session_id)),
+                        Span::raw(format!(
+                            "{} {}",
+                            short_id(&l.claim.owner_id),
+                            owner_mark(l.owner)
+                        )),
+                        Span::raw(l.claim.phase.clone()),
+                        Span::raw(l.claim.epoch.to_string()),
+                        Span::raw(expires),
+                        Span::styled(state, t.style(role)),
+                    ])
+                })
+                .collect(),
+        ),
+        Rows::Quarantine(rows) => (
+            vec!["KIND", "EXECUTION", "SESSION", "REASON"],
+            vec![
+                Constraint::Length(9),
+                Constraint::Length(14),
+                Constraint::Length(14),
+                Constraint::Min(20),
+            ],
+            rows.iter()
+                .map(|q| {
+                    Row::new(vec![
+                        Span::raw(q.kind),
+                        Span::raw(short_id(&q.execution_id)),
+                        Span::raw(short_id(&q.session_id)),
+                        Span::styled(q.reason.clone(), t.style(Role::Error)),
+                    ])
+                })
+                .collect(),
+        ),
+        Rows::Wakes(rows) => (
+            vec![
+                "KIND",
+                "EXECUTION / INPUT",
+                "SESSION",
+                "ATTEMPTS",
+                "WAITING",
+            ],
+            vec![
+                Constraint::Length(9),
+                Constraint::Length(18),
+                Constraint::Length(14),
+                Constraint::Length(8),
+                Constraint::Min(10),
+            ],
+            rows.iter()
+                .map(|w| {
+                    Row::new(vec![
+                        Span::raw(w.kind),
+                        Span::raw(short_id(w.execution_id.as_deref().unwrap_or(&w.input_id))),
+                        Span::raw(short_id(&w.session_id)),
+                        Span::raw(w.attempts.to_string()),
+                        Span::raw(relative(w.time_created - app.now_ms).replace("in ", "")),
+                    ])
+                })
+                .collect(),
+        ),
+        Rows::Recoveries(rows) => (
+            vec![
+                "EXECUTION",
+                "SESSION",
+                "PHASE",
+                "WAKE",
+                "ATTEMPTS",
+                "RECOVERED",
+            ],
+            vec![
+                Constraint::Length(14),
+                Constraint::Length(14),
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(8),
+                Constraint::Min(10),
+            ],
+            rows.iter()
+                .map(|r| {
+                    let (wake, role) = match (&r.recovery_error, r.wake_pending) {
+                        (Some(_), _) => ("quarantined", Role::Error),
+                        (None, true) => ("pending", Role::Warn),
+                        (None, false) => ("done", Role::Ok),
+                    };
+                    Row::new(vec![
+                        Span::raw(short_id(&r.execution_id)),
+                        Span::raw(short_id(&r.session_id)),
+                        Span::raw(r.phase.clone()),
+                        Span::styled(wake, t.style(role)),
+                        Span::raw(r.wake_attempts.to_string()),
+                        Span::raw(relative(r.time_created - app.now_ms)),
+                    ])
+                })
+                .collect(),
+        ),
+        Rows::Owners(rows) => (
+            vec!["OWNER", "PID", "HOST", "ALIVE", "STARTED"],
+            vec![
+                Constraint::Length(20),
+                Constraint::Length(8),
+                Constraint::Length(16),
+                Constraint::Length(14),
+                Constraint::Min(10),
+            ],
+            rows.iter()
+                .map(|(o, l)| {
+                    let (alive, role) = match l {
+                        Liveness::Alive => ("✓ alive", Role::Ok),
+                        Liveness::Dead => ("✗ dead", Role::Warn),
+                        Liveness::Unknown => ("? unknown", Role::Muted),
+                    };
+                    let this = if app.owner_id.as_deref() == Some(o.id.as_str()) {
+                        " (this)"
+                    } else {
+                        ""
+                    };
+                    Row::new(vec![
+                        Span::raw(format!("{}{this}", short_id(&o.id))),
+                        Span::raw(o.pid.to_string()),
+                        Span::raw(o.hostname.clone()),
+                        Span::styled(alive, t.style(role)),
+                        Span::raw(relative(o.time_started - app.now_ms)),
+                    ])
+                })
+                .collect(),
+        ),
+    };
+    let empty = rows.is_empty();
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(t.style(Role::Muted)))
+        .row_highlight_style(t.style(Role::Selected))
+        .highlight_symbol("▶");
+    let mut state = TableState::default();
+    if !empty {
+        state.select(Some(app.inspector.selected));
+    }
+    frame.render_stateful_widget(table, area, &mut state);
+    if empty {
+        let [_, below] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
+        let note = if app.inspector.filter.is_empty() {
+            format!("No {} rows.", app.inspector.tab.title().to_lowercase())
+        } else {
+            format!("No rows match “{}”.", app.inspector.filter)
+        };
+        frame.render_widget(
+            Paragraph::new(Span::styled(note, t.style(Role::Muted))),
+            below,
+        );
+    }
+}
+
+fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
+    let t = &app.theme;
+    let i = app.inspector.selected;
+    let value = match &app.inspector.rows {
+        Rows::Claims(r) => r
+            .get(i)
+            .map(|l| serde_json::to_value(l).unwrap_or_default()),
+        Rows::Quarantine(r) => r
+            .get(i)
+            .map(|q| serde_json::to_value(q).unwrap_or_default()),
+        Rows::Wakes(r) => r
+            .get(i)
+            .map(|w| serde_json::to_value(w).unwrap_or_default()),
+        Rows::Recoveries(r) => r
+            .get(i)
+            .map(|v| serde_json::to_value(v).unwrap_or_default()),
+        Rows::Owners(r) => r.get(i).map(|(o, l)| {
+            let mut v = serde_json::to_value(o).unwrap_or_default();
+            v["liveness"] = serde_json::to_value(l).unwrap_or_default();
+            v
+        }),
+    };
+    let title = match app.inspector.rows.execution(i) {
+        Some(e) => format!(" {e} "),
+        None => " detail ".to_string(),
+    };
+    let block = Block::bordered()
+        .title(Line::from(Span::styled(title, t.style(Role::Muted))))
+        .border_style(t.style(Role::Muted));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let mut lines: Vec<Line> = match value {
+        Some(v) => serde_json::to_string_pretty(&v)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| Line::from(l.to_string()))
+            .collect(),
+        None => Vec::new(),
+    };
+    if app.mode == Mode::ReadOnly {
+        lines.insert(
+            0,
+            Line::from(Span::styled(
+                "read-only: wake, discard and retry run from `steward`",
+                t.style(Role::Warn),
+            )),
+        );
+    }
+    frame.render_widget(
+        Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
+        inner,
+    );
+}

@@ -1,0 +1,247 @@
+//! What sits over the screen: the after-crash panel, help, confirmations, the quit
+//! question and the permission modal.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Flex, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
+
+use super::short_id;
+use crate::app::{Act, App, Overlay};
+use crate::keymap::help_lines;
+use crate::theme::Role;
+
+pub fn render(app: &App, frame: &mut Frame, area: Rect) {
+    let Some(overlay) = app.overlay.last() else {
+        return;
+    };
+    match overlay {
+        Overlay::Help { scroll } => help(app, frame, area, *scroll),
+        Overlay::Panel { lines, selected } => panel(app, frame, area, lines, *selected),
+        Overlay::Confirm { act, execution_id } => confirm(app, frame, area, *act, execution_id),
+        Overlay::Quit { running } => quit(app, frame, area, running),
+        Overlay::Permission { request, .. } => permission(app, frame, area, request),
+    }
+}
+
+/// A box of `width`×`height` (clamped) in the middle of `area`, cleared.
+fn centered(frame: &mut Frame, area: Rect, width: u16, height: u16) -> Rect {
+    let [row] = Layout::vertical([Constraint::Length(height.min(area.height))])
+        .flex(Flex::Center)
+        .areas(area);
+    let [cell] = Layout::horizontal([Constraint::Length(width.min(area.width))])
+        .flex(Flex::Center)
+        .areas(row);
+    frame.render_widget(Clear, cell);
+    cell
+}
+
+fn block(app: &App, title: String, hint: &str) -> Block<'static> {
+    let t = &app.theme;
+    Block::bordered()
+        .title(Line::from(Span::styled(title, t.style(Role::Title))))
+        .title_bottom(
+            Line::from(Span::styled(format!(" {hint} "), t.style(Role::Muted))).right_aligned(),
+        )
+        .border_style(t.style(Role::Accent))
+}
+
+fn help(app: &App, frame: &mut Frame, area: Rect, scroll: usize) {
+    let t = &app.theme;
+    let mut lines = Vec::new();
+    let mut last = None;
+    for (context, label, text) in help_lines() {
+        if last != Some(context) {
+            if last.is_some() {
+                lines.push(Line::default());
+            }
+            lines.push(Line::from(Span::styled(
+                context.title().to_string(),
+                t.style(Role::Title),
+            )));
+            last = Some(context);
+        }
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {label:<22}"), t.style(Role::Accent)),
+            Span::raw(text.to_string()),
+        ]));
+    }
+    let cell = centered(frame, area, 80, area.height.saturating_sub(2));
+    let paragraph = Paragraph::new(lines)
+        .block(block(app, " Keys ".into(), "Esc close · j/k scroll"))
+        .scroll((scroll as u16, 0));
+    frame.render_widget(paragraph, cell);
+}
+
+fn panel(
+    app: &App,
+    frame: &mut Frame,
+    area: Rect,
+    lines: &[crate::app::PanelLine],
+    selected: usize,
+) {
+    let t = &app.theme;
+    let title = match &app.launch.report {
+        Some(r) => format!(" Recovered at launch ({} ms) ", r.duration_ms),
+        None => " Recovered at launch ".to_string(),
+    };
+    let width = area.width.saturating_sub(4).min(110);
+    // Marker, symbol, title and what come first; the detail wraps under itself.
+    let lead = 1 + 2 + 21 + 15;
+    let room = usize::from(width.saturating_sub(2))
+        .saturating_sub(lead)
+        .max(10);
+    let mut text = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let name = app
+            .sessions
+            .rows
+            .iter()
+            .find(|s| s.id == line.session_id)
+            .map(|s| s.title.clone())
+            .unwrap_or_else(|| short_id(&line.session_id));
+        let name: String = name.chars().take(20).collect();
+        let role = match line.symbol {
+            "⚠" => Role::Error,
+            "↻" => Role::Recovered,
+            _ => Role::Warn,
+        };
+        let marker = if i == selected { "▶" } else { " " };
+        for (j, chunk) in word_chunks(&line.detail, room).into_iter().enumerate() {
+            let mut row = if j == 0 {
+                Line::from(vec![
+                    Span::raw(marker.to_string()),
+                    Span::styled(format!("{} ", line.symbol), t.style(role)),
+                    Span::styled(format!("{name:<20} "), t.style(Role::Title)),
+                    Span::styled(format!("{:<14} ", line.what), t.style(role)),
+                    Span::raw(chunk),
+                ])
+            } else {
+                Line::from(vec![Span::raw(" ".repeat(lead)), Span::raw(chunk)])
+            };
+            if i == selected {
+                row = row.style(t.style(Role::Selected));
+            }
+            text.push(row);
+        }
+    }
+    let height = text.len() as u16 + 2;
+    let cell = centered(frame, area, width, height.max(5));
+    let hint = if app.mode == crate::app::Mode::Chat {
+        "Enter go to · w wake · d discard · Esc close"
+    } else {
+        "Enter go to · Esc close"
+    };
+    frame.render_widget(Paragraph::new(text).block(block(app, title, hint)), cell);
+}
+
+/// `text` in pieces of at most `width` characters, broken between words.
+fn word_chunks(text: &str, width: usize) -> Vec<String> {
+    let mut chunks = vec![String::new()];
+    for word in text.split(' ') {
+        let last = chunks.last_mut().expect("one chunk");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            chunks.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    chunks
+}
+
+fn confirm(app: &App, frame: &mut Frame, area: Rect, act: Act, execution_id: &str) {
+    let what = match act {
+        Act::Wake => {
+            "Continue this execution now? Its continuation is promoted and the session runs."
+        }
+        Act::Discard => {
+            "Discard it? A wake is never continued; a quarantined claim is deleted and its session unblocked."
+        }
+        Act::Retry => "Hand this quarantined claim back to recovery?",
+    };
+    let text = vec![
+        Line::from(Span::styled(
+            execution_id.to_string(),
+            app.theme.style(Role::Accent),
+        )),
+        Line::default(),
+        Line::from(what.to_string()),
+    ];
+    let cell = centered(frame, area, 70, 7);
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
+            app,
+            format!(" {} ", act.verb()),
+            "y yes · n no",
+        )),
+        cell,
+    );
+}
+
+fn quit(app: &App, frame: &mut Frame, area: Rect, running: &[String]) {
+    let n = running.len();
+    let text = vec![
+        Line::from(format!(
+            "{n} turn{} still running here.",
+            if n == 1 { " is" } else { "s are" }
+        )),
+        Line::default(),
+        Line::from("y  quit: they stop without being cancelled, are reconciled like a crash,"),
+        Line::from("   and continue at the next launch (no claim is left behind)"),
+        Line::from("c  cancel them (recorded as cancelled), then quit"),
+        Line::from("n  stay"),
+    ];
+    let cell = centered(frame, area, 80, 9);
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
+            app,
+            " Quit? ".into(),
+            "y · c · n",
+        )),
+        cell,
+    );
+}
+
+fn permission(
+    app: &App,
+    frame: &mut Frame,
+    area: Rect,
+    request: &steward_engine::tools::PermissionRequest,
+) {
+    let t = &app.theme;
+    let input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
+    let mut text = vec![Line::from(vec![
+        Span::raw("The agent wants to run "),
+        Span::styled(request.tool.clone(), t.style(Role::Accent)),
+        Span::raw(format!(" in {}.", short_id(&request.session_id))),
+    ])];
+    if let Some(path) = &request.outside {
+        text.push(Line::from(Span::styled(
+            format!(
+                "It reaches outside the session directory: {}",
+                path.display()
+            ),
+            t.style(Role::Warn),
+        )));
+    }
+    text.push(Line::default());
+    for line in input.lines().take(12) {
+        text.push(Line::from(Span::styled(
+            line.to_string(),
+            t.style(Role::Muted),
+        )));
+    }
+    let height = text.len() as u16 + 2;
+    let cell = centered(frame, area, 80, height);
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
+            app,
+            " Permission ".into(),
+            "y once · a always · s always + save to config · n deny",
+        )),
+        cell,
+    );
+}

@@ -1,0 +1,193 @@
+//! What the screen looks like, as text snapshots of a `TestBackend` (committed under
+//! `snapshots/`; review changes with `cargo insta review`).
+
+use insta::assert_snapshot;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+
+use super::view;
+use crate::app::{App, Mode, Overlay, Pane, Screen, Tab};
+use crate::fixtures;
+use crate::theme::Theme;
+use crate::update::panel_lines;
+
+fn draw(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| view(app, f)).unwrap();
+    terminal
+}
+
+fn screen(app: &App, width: u16, height: u16) -> String {
+    draw(app, width, height).backend().to_string()
+}
+
+fn inspector(tab: Tab) -> App {
+    let mut app = fixtures::chat();
+    app.screen = Screen::Inspector;
+    app.inspector.tab = tab;
+    app.inspector.rows = match tab {
+        Tab::Claims => fixtures::claims(),
+        Tab::Quarantine => fixtures::quarantine(),
+        Tab::Wakes => fixtures::wakes(),
+        Tab::Recoveries => fixtures::recoveries(),
+        Tab::Owners => fixtures::owners(),
+    };
+    app
+}
+
+#[test]
+fn a_recovered_transcript_shows_each_restart_text_once_and_the_tool_error() {
+    let app = fixtures::chat();
+    let text = screen(&app, 110, 32);
+    assert_eq!(
+        text.matches("Session execution interrupted by server restart")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("Tool execution outcome unknown after server restart"));
+    assert!(text.contains("↻ Continuing after restart"));
+    assert_snapshot!(text);
+}
+
+#[test]
+fn tool_output_collapses_after_a_few_lines_and_expands() {
+    let mut app = fixtures::chat();
+    let collapsed = screen(&app, 110, 40);
+    assert!(collapsed.contains("… 2 more lines"), "{collapsed}");
+    assert!(!collapsed.contains("tool_processes.rs"));
+    app.transcript.expanded = true;
+    let expanded = screen(&app, 110, 40);
+    assert!(expanded.contains("tool_processes.rs"));
+}
+
+#[test]
+fn the_claims_tab_counts_down_and_says_what_the_lock_proves() {
+    let app = inspector(Tab::Claims);
+    let text = screen(&app, 110, 24);
+    assert!(text.contains("in 24.1 s") && text.contains("owner dead: recoverable now"));
+    assert_snapshot!(text);
+}
+
+#[test]
+fn the_quarantine_tab_and_its_detail_pane() {
+    let app = inspector(Tab::Quarantine);
+    let text = screen(&app, 110, 24);
+    assert!(
+        text.contains("\"reason\": \"unknown phase \\\"bogus\\\"\""),
+        "{text}"
+    );
+    assert_snapshot!(text);
+}
+
+#[test]
+fn the_wakes_tab() {
+    assert_snapshot!(screen(&inspector(Tab::Wakes), 110, 20));
+}
+
+#[test]
+fn the_recoveries_tab() {
+    assert_snapshot!(screen(&inspector(Tab::Recoveries), 110, 20));
+}
+
+#[test]
+fn the_owners_tab() {
+    assert_snapshot!(screen(&inspector(Tab::Owners), 110, 20));
+}
+
+#[test]
+fn the_read_only_inspector_shows_its_actions_disabled() {
+    let mut app = inspector(Tab::Claims);
+    app.mode = Mode::ReadOnly;
+    app.owner_id = None;
+    let text = screen(&app, 110, 24);
+    assert!(text.contains("read-only: actions run from `steward`"));
+    assert_snapshot!(text);
+}
+
+#[test]
+fn the_help_overlay_lists_the_keymap() {
+    let mut app = fixtures::chat();
+    app.overlay.push(Overlay::Help { scroll: 0 });
+    assert_snapshot!(screen(&app, 100, 60));
+}
+
+#[test]
+fn the_after_crash_panel() {
+    let mut app = fixtures::chat();
+    app.launch = fixtures::launch();
+    app.overlay.push(Overlay::Panel {
+        lines: panel_lines(&fixtures::launch()),
+        selected: 0,
+    });
+    assert_snapshot!(screen(&app, 110, 30));
+}
+
+#[test]
+fn a_permission_modal() {
+    let mut app = fixtures::chat();
+    app.overlay.push(Overlay::Permission {
+        id: 1,
+        request: fixtures::permission(),
+    });
+    assert_snapshot!(screen(&app, 100, 30));
+}
+
+#[test]
+fn a_narrow_terminal_shows_one_pane_at_a_time() {
+    let mut app = fixtures::chat();
+    let transcript = screen(&app, 60, 20);
+    assert_snapshot!("narrow_transcript", transcript);
+    app.pane = Pane::Sessions;
+    assert_snapshot!("narrow_sessions", screen(&app, 60, 20));
+}
+
+#[test]
+fn a_terminal_too_small_says_so() {
+    let app = fixtures::chat();
+    let text = screen(&app, 40, 8);
+    assert!(text.contains("Terminal too small"), "{text}");
+    assert_snapshot!(text);
+}
+
+#[test]
+fn without_colour_nothing_is_coloured_and_the_words_remain() {
+    let mut app = inspector(Tab::Claims);
+    app.theme = Theme { color: false };
+    let terminal = draw(&app, 110, 24);
+    let buffer = terminal.backend().buffer();
+    for cell in buffer.content() {
+        assert_eq!((cell.fg, cell.bg), (Color::Reset, Color::Reset), "{cell:?}");
+    }
+    let text = terminal.backend().to_string();
+    assert!(text.contains("owner dead: recoverable now") && text.contains("quarantined"));
+    let mut chat = fixtures::chat();
+    chat.theme = Theme { color: false };
+    let text = screen(&chat, 110, 32);
+    assert!(text.contains("↻ error (recovery)") && text.contains("recovered"));
+    assert_snapshot!(text);
+}
+
+#[test]
+fn with_colour_recovery_lines_have_their_own_colour() {
+    let app = fixtures::chat();
+    let terminal = draw(&app, 110, 32);
+    let buffer = terminal.backend().buffer();
+    let recovered = buffer
+        .content()
+        .iter()
+        .filter(|c| c.fg == Color::Magenta)
+        .count();
+    assert!(recovered > 40, "{recovered} recovered cells");
+}
+
+#[test]
+fn a_prompt_queued_behind_a_running_turn_is_shown_as_queued() {
+    let mut app = fixtures::chat();
+    app.running.insert(fixtures::SESSION.into());
+    app.transcript.pending = vec![fixtures::queued()];
+    let text = screen(&app, 110, 32);
+    assert!(text.contains("queued  and then the lints"), "{text}");
+    assert!(text.contains("queued while the turn runs"), "{text}");
+}

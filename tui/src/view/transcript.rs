@@ -1,0 +1,309 @@
+//! The transcript as lines: user prompts, assistant text, each tool call with its
+//! status and output (the first lines unless expanded), and what the engine wrote
+//! itself — recovery and continuation notes, recovery's tool errors, cancellations —
+//! set apart by a symbol and a word, so they read the same without colour. Each
+//! restart text appears once.
+
+use ratatui::text::{Line, Span};
+use steward_engine::message::{
+    AssistantData, MessageData, Part, SyntheticKind, TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus,
+};
+use steward_engine::projection::{InputRow, MessageRow};
+use unicode_width::UnicodeWidthChar;
+
+use crate::theme::{Role, Theme};
+
+/// Tool output lines shown before "… N more lines".
+pub const COLLAPSED_LINES: usize = 6;
+
+/// Every line of `messages` (and the pending inputs after them), wrapped to `width`.
+pub fn lines(
+    theme: &Theme,
+    messages: &[MessageRow],
+    pending: &[InputRow],
+    expanded: bool,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    for message in messages {
+        if !out.is_empty() {
+            out.push(Line::default());
+        }
+        match &message.data {
+            MessageData::User(u) => {
+                text_block(
+                    &mut out,
+                    theme,
+                    Some(("you  ", Role::Accent)),
+                    &u.text,
+                    Role::Plain,
+                );
+            }
+            MessageData::Synthetic(s) => synthetic(&mut out, theme, s),
+            MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded),
+        }
+    }
+    for input in pending {
+        if !out.is_empty() {
+            out.push(Line::default());
+        }
+        let label = if steward_engine::ids::continuation_execution(&input.id).is_some() {
+            "waiting: continuation  "
+        } else {
+            "queued  "
+        };
+        text_block(
+            &mut out,
+            theme,
+            Some((label, Role::Muted)),
+            &input.prompt,
+            Role::Muted,
+        );
+    }
+    wrap(out, width)
+}
+
+fn text_block(
+    out: &mut Vec<Line<'static>>,
+    theme: &Theme,
+    label: Option<(&str, Role)>,
+    text: &str,
+    role: Role,
+) {
+    for (i, line) in text.split('\n').enumerate() {
+        let mut spans = Vec::new();
+        if let Some((label, label_role)) = label {
+            if i == 0 {
+                spans.push(Span::styled(label.to_string(), theme.style(label_role)));
+            } else {
+                spans.push(Span::raw(" ".repeat(label.chars().count())));
+            }
+        }
+        spans.push(Span::styled(line.to_string(), theme.style(role)));
+        out.push(Line::from(spans));
+    }
+}
+
+fn synthetic(
+    out: &mut Vec<Line<'static>>,
+    theme: &Theme,
+    s: &steward_engine::message::SyntheticData,
+) {
+    let (symbol, role, text) = match s.kind {
+        SyntheticKind::Recovery => ("↻ ", Role::Recovered, s.text.clone()),
+        SyntheticKind::Continuation => (
+            "↻ ",
+            Role::Recovered,
+            s.label.clone().unwrap_or_else(|| s.text.clone()),
+        ),
+        SyntheticKind::Interrupted => ("⊘ ", Role::Warn, format!("{} (cancelled)", s.text)),
+        SyntheticKind::Compaction => (
+            "≡ ",
+            Role::Muted,
+            format!(
+                "{}: {}",
+                s.label.as_deref().unwrap_or("Compacted conversation"),
+                s.text
+            ),
+        ),
+    };
+    text_block(out, theme, Some((symbol, role)), &text, role);
+}
+
+fn assistant(out: &mut Vec<Line<'static>>, theme: &Theme, a: &AssistantData, expanded: bool) {
+    out.push(Line::from(vec![
+        Span::styled("assistant".to_string(), theme.style(Role::Title)),
+        Span::styled(
+            format!(" ({}/{})", a.provider, a.model),
+            theme.style(Role::Muted),
+        ),
+    ]));
+    let mut shown_texts: Vec<&str> = Vec::new();
+    for part in &a.parts {
+        match part {
+            Part::Text { id, text } if id.starts_with("recovery:") => {
+                text_block(
+                    out,
+                    theme,
+                    Some(("↻ ", Role::Recovered)),
+                    text,
+                    Role::Recovered,
+                );
+                shown_texts.push(text);
+            }
+            Part::Text { text, .. } => {
+                if !text.is_empty() {
+                    text_block(out, theme, None, text, Role::Plain);
+                }
+            }
+            Part::Tool(tool) => tool_lines(out, theme, tool, expanded),
+        }
+    }
+    // The error, unless a recovery text part already said it.
+    if let Some(error) = &a.error
+        && !shown_texts.contains(&error.message.as_str())
+    {
+        let (symbol, role) = if error.kind == "interrupted" {
+            ("↻ ", Role::Recovered)
+        } else {
+            ("✗ ", Role::Error)
+        };
+        text_block(out, theme, Some((symbol, role)), &error.message, role);
+    }
+}
+
+fn tool_lines(out: &mut Vec<Line<'static>>, theme: &Theme, tool: &ToolPart, expanded: bool) {
+    let state = &tool.state;
+    let (mark, role) = match state.status {
+        ToolStatus::Pending => ("… pending", Role::Muted),
+        ToolStatus::Running => ("◐ running", Role::Warn),
+        ToolStatus::Completed => ("✓", Role::Ok),
+        ToolStatus::Error => ("✗", Role::Error),
+    };
+    let took = state
+        .time
+        .as_ref()
+        .and_then(|t| Some(t.end? - t.start?))
+        .map(|ms| format!(" {:.1} s", ms as f64 / 1000.0))
+        .unwrap_or_default();
+    out.push(Line::from(vec![
+        Span::styled(" ▸ ".to_string(), theme.style(Role::Muted)),
+        Span::styled(tool.tool.clone(), theme.style(Role::Title)),
+        Span::raw("  "),
+        Span::styled(summary(&state.input), theme.style(Role::Muted)),
+        Span::raw("  "),
+        Span::styled(format!("{mark}{took}"), theme.style(role)),
+    ]));
+    if let Some(error) = &state.error {
+        let by_recovery = error.starts_with(TOOL_OUTCOME_UNKNOWN);
+        let (label, role) = if by_recovery {
+            ("   ↻ error (recovery): ", Role::Recovered)
+        } else {
+            ("   error: ", Role::Error)
+        };
+        text_block(out, theme, Some((label, role)), error, role);
+    }
+    if let Some(output) = &state.output {
+        let lines: Vec<&str> = output.trim_end_matches('\n').split('\n').collect();
+        let shown = if expanded {
+            lines.len()
+        } else {
+            lines.len().min(COLLAPSED_LINES)
+        };
+        for line in &lines[..shown] {
+            out.push(Line::from(vec![
+                Span::raw("    "),
+                Span::styled((*line).to_string(), theme.style(Role::Muted)),
+            ]));
+        }
+        if shown < lines.len() {
+            out.push(Line::from(Span::styled(
+                format!(
+                    "    … {} more lines (Enter in the transcript expands)",
+                    lines.len() - shown
+                ),
+                theme.style(Role::Muted),
+            )));
+        }
+    }
+}
+
+/// A tool input in one short line: the command or path when there is one.
+fn summary(input: &serde_json::Value) -> String {
+    let text = ["command", "path"]
+        .iter()
+        .find_map(|k| input.get(k).and_then(|v| v.as_str()).map(str::to_string))
+        .unwrap_or_else(|| input.to_string());
+    let first = text.lines().next().unwrap_or_default();
+    let mut short: String = first.chars().take(60).collect();
+    if first.chars().count() > 60 || text.lines().count() > 1 {
+        short.push('…');
+    }
+    short
+}
+
+/// Breaks lines wider than `width` between words (a word longer than a line is
+/// broken where it must be); spans keep their style.
+pub fn wrap(lines: Vec<Line<'static>>, width: u16) -> Vec<Line<'static>> {
+    let width = usize::from(width.max(1));
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines {
+        if line.width() <= width {
+            out.push(line);
+            continue;
+        }
+        let mut current: Vec<Span<'static>> = Vec::new();
+        let mut used = 0;
+        for span in line.spans {
+            for word in words(&span.content) {
+                let w: usize = word.chars().map(|c| c.width().unwrap_or(0)).sum();
+                if used + w > width && used > 0 {
+                    out.push(Line::from(std::mem::take(&mut current)));
+                    used = 0;
+                    if word.trim().is_empty() {
+                        continue;
+                    }
+                }
+                if w <= width {
+                    current.push(Span::styled(word.to_string(), span.style));
+                    used += w;
+                    continue;
+                }
+                // A word longer than a line: break it by characters.
+                let mut chunk = String::new();
+                for c in word.chars() {
+                    let cw = c.width().unwrap_or(0);
+                    if used + cw > width {
+                        current.push(Span::styled(std::mem::take(&mut chunk), span.style));
+                        out.push(Line::from(std::mem::take(&mut current)));
+                        used = 0;
+                    }
+                    chunk.push(c);
+                    used += cw;
+                }
+                current.push(Span::styled(chunk, span.style));
+            }
+        }
+        if !current.is_empty() {
+            out.push(Line::from(current));
+        }
+    }
+    out
+}
+
+/// `text` cut into words, each with the spaces that follow it.
+fn words(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut in_space = false;
+    for (i, c) in text.char_indices() {
+        if c == ' ' {
+            in_space = true;
+        } else if in_space {
+            out.push(&text[start..i]);
+            start = i;
+            in_space = false;
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[Line]) -> Vec<String> {
+        lines.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn lines_wrap_between_words_and_long_words_are_broken() {
+        let wrapped = wrap(vec![Line::from("the quick brown fox jumps")], 10);
+        assert_eq!(text(&wrapped), vec!["the quick ", "brown fox ", "jumps"]);
+        let long = wrap(vec![Line::from("abcdefghijklmnop qr")], 6);
+        assert_eq!(text(&long), vec!["abcdef", "ghijkl", "mnop ", "qr"]);
+    }
+}

@@ -137,7 +137,7 @@ impl Tally {
 pub(crate) struct Scenario {
     pub(crate) env: Env,
     pub(crate) work: String,
-    script: String,
+    pub(crate) script: String,
     pub(crate) config: String,
     pub(crate) label: String,
 }

@@ -13,3 +13,4 @@ mod recovery;
 mod run;
 mod store_refusals;
 mod tool_processes;
+mod tui;

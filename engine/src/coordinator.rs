@@ -175,7 +175,8 @@ impl Coordinator {
         Some(answer)
     }
 
-    /// Inserts the slot of a session about to run; returns its cancellation token.
+    /// Inserts the slot of a session about to run (and tells listeners); returns its
+    /// cancellation token.
     fn occupy(&self, slots: &mut HashMap<String, Slot>, session_id: &str) -> CancellationToken {
         let cancel = CancellationToken::new();
         let (done, _) = watch::channel(None);
@@ -187,6 +188,9 @@ impl Coordinator {
                 done,
             },
         );
+        let _ = self.inner.services.events.send(EngineEvent::Running {
+            session_id: session_id.to_string(),
+        });
         cancel
     }
 
@@ -301,6 +305,9 @@ async fn run_session(
             continue;
         }
         let slot = slots.remove(&session_id).expect("slot present");
+        let _ = inner.services.events.send(EngineEvent::Idle {
+            session_id: session_id.clone(),
+        });
         let _ = slot.done.send(Some(outcome));
         return;
     }

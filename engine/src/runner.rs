@@ -61,6 +61,10 @@ pub enum EngineEvent {
         execution_id: String,
         outcome: Outcome,
     },
+    /// The session started running here (its first execution is about to acquire).
+    Running { session_id: String },
+    /// Nothing runs for the session here any more (no re-run is due).
+    Idle { session_id: String },
 }
 
 /// How an execution ended.

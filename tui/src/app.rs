@@ -371,8 +371,6 @@ pub enum Msg {
     /// The database changed (another process, or this one): reload what is shown.
     Changed,
     Engine(EngineEvent),
-    /// The sessions running here now.
-    Running(BTreeSet<String>),
     Loaded(Box<Loaded>),
     /// A tool asks for permission.
     Permission {

@@ -75,6 +75,8 @@ pub async fn run_chat(
     app.owner_id = Some(engine.owner_id().to_string());
     let mut taken = Taken::take(options.mouse)?;
     let mut loop_ = EventLoop::new(reader, &options, Some(engine), Some(asks));
+    // Subscribed before reading what already runs: no start is missed.
+    app.running = engine.coordinator().running().into_iter().collect();
     loop_.inbox.send(Msg::Launched(launch)).ok();
     let leave = loop_.run(&mut app, &mut taken).await;
     drop(taken);
@@ -101,6 +103,7 @@ pub async fn run_inspector(options: Options) -> std::io::Result<()> {
 
 struct EventLoop<'e> {
     engine: Option<&'e Engine>,
+    events: Option<tokio::sync::broadcast::Receiver<steward_engine::runner::EngineEvent>>,
     asks: Option<Asks>,
     loader: Loader,
     inbox: UnboundedSender<Msg>,
@@ -124,6 +127,7 @@ impl<'e> EventLoop<'e> {
         let watcher = steward_engine::doorbell::watch(&options.data_dir, bell.clone())
             .map(|w| Box::new(w) as Box<dyn std::any::Any>);
         EventLoop {
+            events: engine.map(|e| e.subscribe()),
             engine,
             asks,
             loader,
@@ -137,7 +141,7 @@ impl<'e> EventLoop<'e> {
     }
 
     async fn run(&mut self, app: &mut App, taken: &mut Taken) -> std::io::Result<Leave> {
-        let mut events = self.engine.map(|e| e.subscribe());
+        let mut events = self.events.take();
         let mut dirty = true;
         let mut last_frame = Instant::now() - FRAME;
         let mut poll = tokio::time::interval(POLL);
@@ -167,13 +171,7 @@ impl<'e> EventLoop<'e> {
                 },
                 Some(msg) = self.messages.recv() => msg,
                 event = recv_engine(&mut events) => match event {
-                    Some(event) => {
-                        if let Some(engine) = self.engine {
-                            let running = engine.coordinator().running().into_iter().collect();
-                            let _ = self.inbox.send(Msg::Running(running));
-                        }
-                        Msg::Engine(event)
-                    }
+                    Some(event) => Msg::Engine(event),
                     None => Msg::Changed,
                 },
                 Some(ask) = recv_ask(&mut self.asks) => {
@@ -219,9 +217,6 @@ impl<'e> EventLoop<'e> {
                 };
                 if let Err(e) = engine.submit(&session_id, &prompt).await {
                     let _ = inbox.send(Msg::Done(Err(e.to_string())));
-                } else {
-                    let running = engine.coordinator().running().into_iter().collect();
-                    let _ = inbox.send(Msg::Running(running));
                 }
             }
             Effect::Cancel(session) => {

@@ -26,10 +26,7 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Resize => Vec::new(),
-        Msg::Running(running) => {
-            app.running = running;
-            Vec::new()
-        }
+
         Msg::Tick(now) => {
             app.now_ms = now;
             Vec::new()
@@ -80,8 +77,11 @@ pub fn view_of(app: &App) -> View {
         transcript: app
             .current_session()
             .map(|s| (s.to_string(), app.transcript.loaded.max(TRANSCRIPT_PAGE))),
-        table: (app.screen == Screen::Inspector)
-            .then_some((app.inspector.tab, app.inspector.order, table_request)),
+        table: (app.screen == Screen::Inspector).then_some((
+            app.inspector.tab,
+            app.inspector.order,
+            table_request,
+        )),
         owner_id: app.owner_id.clone(),
     }
 }
@@ -92,9 +92,17 @@ fn load(app: &App) -> Effect {
 
 fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
     match event {
-        EngineEvent::Committed(_) => vec![load(app)],
-        EngineEvent::Finished { session_id, .. } => {
+        EngineEvent::Committed(_) | EngineEvent::Finished { .. } => vec![load(app)],
+        EngineEvent::Running { session_id } => {
+            app.running.insert(session_id);
+            Vec::new()
+        }
+        EngineEvent::Idle { session_id } => {
             app.running.remove(&session_id);
+            // A permission question of a session that stopped can no longer matter.
+            app.overlay.retain(|o| {
+                !matches!(o, Overlay::Permission { request, .. } if request.session_id == session_id)
+            });
             vec![load(app)]
         }
     }

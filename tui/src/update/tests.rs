@@ -1,7 +1,7 @@
 use pretty_assertions::assert_eq;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState};
 use steward_engine::inspect::pages::ClaimOrder;
-use steward_engine::runner::{EngineEvent, Outcome};
+use steward_engine::runner::EngineEvent;
 
 use super::*;
 use crate::app::Overlay;
@@ -319,15 +319,13 @@ fn a_confirmed_action_goes_to_the_engine_with_its_execution() {
 }
 
 #[test]
-fn a_finished_execution_leaves_the_running_set_and_reloads() {
+fn an_idle_session_leaves_the_running_set_and_reloads() {
     let mut app = fixtures::chat();
     app.running.insert(SESSION.into());
     let effects = update(
         &mut app,
-        Msg::Engine(EngineEvent::Finished {
+        Msg::Engine(EngineEvent::Idle {
             session_id: SESSION.into(),
-            execution_id: "exe_x".into(),
-            outcome: Outcome::Idle,
         }),
     );
     assert!(app.running.is_empty());

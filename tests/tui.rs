@@ -1,0 +1,336 @@
+//! The terminal interface end to end: the real binary in a pseudo-terminal, its
+//! screen read through a terminal emulator (`vt100`), driven by keys. No system tool
+//! is needed.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+
+use crate::recovery::events_of;
+use crate::run::{work_dir, write_script};
+use crate::support::{Env, eventually, signal, snapshot, steward_bin};
+
+pub const ROWS: u16 = 32;
+pub const COLS: u16 = 110;
+
+/// `steward …` running in a pseudo-terminal, and what it shows.
+pub struct Tui {
+    pty: Arc<pty_process::blocking::Pty>,
+    pub child: Child,
+    screen: Arc<Mutex<vt100::Parser>>,
+}
+
+impl Tui {
+    /// Starts `steward --data-dir … <args>` in `dir` on a `ROWS`×`COLS` terminal.
+    pub fn start(env: &Env, dir: &Path, args: &[&str]) -> Tui {
+        let (pty, pts) = pty_process::blocking::open().unwrap();
+        pty.resize(pty_process::Size::new(ROWS, COLS)).unwrap();
+        let mut cmd = pty_process::blocking::Command::new(steward_bin())
+            .arg("--data-dir")
+            .arg(&env.data)
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", &env.home)
+            .env("TERM", "xterm-256color");
+        for var in [
+            "STEWARD_DATA_DIR",
+            "STEWARD_CONFIG",
+            "FAILPOINTS",
+            "XDG_DATA_HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME",
+            "NO_COLOR",
+        ] {
+            cmd = cmd.env_remove(var);
+        }
+        let child = cmd.spawn(pts).unwrap();
+        let pty = Arc::new(pty);
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(
+            std::num::NonZeroU16::new(ROWS).unwrap(),
+            std::num::NonZeroU16::new(COLS).unwrap(),
+            0,
+        )));
+        {
+            let (pty, screen) = (pty.clone(), screen.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                // EIO once the child is gone ends the loop.
+                while let Ok(n) = (&*pty).read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    screen.lock().unwrap().process(&buf[..n]);
+                }
+            });
+        }
+        Tui { pty, child, screen }
+    }
+
+    /// The screen's text, row by row.
+    pub fn text(&self) -> String {
+        let parser = self.screen.lock().unwrap();
+        parser.screen().rows(0, COLS).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Waits (up to `limit`) until the screen shows `needle`.
+    pub fn wait_for(&self, needle: &str, limit: Duration) -> bool {
+        eventually(limit, || self.text().contains(needle))
+    }
+
+    /// Asserts the screen shows `needle` within `limit`, printing it when not.
+    pub fn expect(&self, needle: &str, limit: Duration) {
+        assert!(
+            self.wait_for(needle, limit),
+            "the screen never showed {needle:?}:\n{}",
+            self.text()
+        );
+    }
+
+    pub fn keys(&self, bytes: &str) {
+        (&*self.pty).write_all(bytes.as_bytes()).unwrap();
+    }
+
+    pub fn alternate_screen(&self) -> bool {
+        self.screen.lock().unwrap().screen().alternate_screen()
+    }
+
+    pub fn cursor_hidden(&self) -> bool {
+        self.screen.lock().unwrap().screen().hide_cursor()
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader take the last bytes.
+                std::thread::sleep(Duration::from_millis(100));
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SLOW_TOOL: &str = r#"
+[[step]]
+text = ["Looking at ", "the files."]
+tool_calls = [{ tool = "run_command", input = { command = "sleep 300" } }]
+[[step]]
+text = ["Carrying on ", "after the restart."]
+[[step]]
+text = ["A fresh ", "answer ", "streams ", "in."]
+delay_ms = 150
+"#;
+
+/// A `steward run` killed with SIGKILL while its tool sleeps.
+fn crashed_mid_tool(env: &Env, script: &str, work: &str) {
+    let mut child = env
+        .cmd()
+        .args([
+            "--script",
+            script,
+            "run",
+            "--yes",
+            "--dir",
+            work,
+            "look around",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || events_of(env)
+        .contains(&"tool.started".to_string())));
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+}
+
+/// The data directory without the shared-memory index (`-shm`), which a reader may
+/// rebuild: the database, its log and every file name.
+fn files(env: &Env) -> Vec<(String, Vec<u8>)> {
+    snapshot(&env.data)
+        .into_iter()
+        .map(|(name, bytes)| {
+            if name.ends_with("-shm") {
+                (name, Vec::new())
+            } else {
+                (name, bytes)
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn after_a_crash_inspect_shows_the_dead_owners_claim_and_changes_nothing() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let before = files(&env);
+    let mut tui = Tui::start(&env, Path::new(&work), &["inspect"]);
+    tui.expect("owner dead: recoverable now", Duration::from_secs(10));
+    tui.expect(
+        "read-only: actions run from `steward`",
+        Duration::from_secs(2),
+    );
+    // Its actions are disabled.
+    tui.keys("w");
+    tui.expect("read-only: wake from `steward`", Duration::from_secs(2));
+    tui.keys("q");
+    assert!(
+        tui.wait(Duration::from_secs(5))
+            .is_some_and(|s| s.success())
+    );
+    assert!(!tui.alternate_screen() && !tui.cursor_hidden());
+    assert_eq!(files(&env), before, "inspect changed the data directory");
+}
+
+#[test]
+fn steward_shows_the_after_crash_panel_the_recovered_transcript_and_streams_a_prompt() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let mut tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("Recovered at launch", Duration::from_secs(10));
+    tui.expect("look around", Duration::from_secs(2));
+    tui.expect(
+        "Session execution interrupted by server restart",
+        Duration::from_secs(2),
+    );
+    // Enter goes to the session: the transcript shows the recovery once.
+    tui.keys("\r");
+    tui.expect("Carrying on after the restart.", Duration::from_secs(10));
+    let text = tui.text();
+    assert!(
+        text.contains("error (recovery): Tool execution outcome unknown after server restart"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("Session execution interrupted by server restart")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("Continuing after restart"), "{text}");
+    // A prompt typed into the editor streams an answer.
+    tui.keys("and now?\r");
+    tui.expect("A fresh answer", Duration::from_secs(10));
+    tui.expect("A fresh answer streams in.", Duration::from_secs(10));
+    tui.keys("\t");
+    tui.keys("q");
+    assert!(
+        tui.wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+    assert!(!tui.alternate_screen(), "the alternate screen was not left");
+    assert!(!tui.cursor_hidden(), "the cursor was left hidden");
+}
+
+#[test]
+fn a_session_changed_by_another_process_appears_without_a_key() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "hello.toml", "[[step]]\ntext = [\"Hello.\"]\n");
+    let tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("No session open", Duration::from_secs(10));
+    let output = env
+        .cmd()
+        .args([
+            "--script",
+            &script,
+            "run",
+            "--dir",
+            &work,
+            "from another window",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let shown = Instant::now();
+    tui.expect("from another window", Duration::from_secs(2));
+    assert!(shown.elapsed() < Duration::from_secs(2));
+}
+
+/// The fault campaign through the terminal interface: `steward` is killed with
+/// SIGKILL while a turn streams (and while its tool runs), then relaunched.
+#[test]
+fn campaign_sigkill_of_the_terminal_interface_mid_turn_is_recovered_and_named_at_relaunch() {
+    use crate::campaign::{Scenario, Tally};
+    let mut tally = Tally::default();
+    let rounds = [
+        ("while it streams", "three "),
+        ("while its tool runs", "◐ running"),
+    ];
+    for (i, (when, wait_for)) in rounds.iter().enumerate() {
+        let scenario = Scenario::new(
+            format!("tui {when}"),
+            r#"
+            [[step]]
+            text = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight "]
+            delay_ms = 250
+            tool_calls = [{ tool = "run_command", input = { command = "echo ran >> ../effects.txt; sleep 300" } }]
+            [[step]]
+            text = ["Carried on."]
+            "#,
+        );
+        let args = ["--config", &scenario.config, "--script", &scenario.script];
+        let work = Path::new(&scenario.work);
+        let tui = Tui::start(&scenario.env, work, &args);
+        tally.check(
+            &format!("{when}: opened"),
+            tui.wait_for("No session open", Duration::from_secs(10)),
+            || tui.text(),
+        );
+        let prompt = format!("campaign prompt {i}");
+        tui.keys(&format!("{prompt}\r"));
+        if i == 1 {
+            // The command asks first (it is not in tools.allow).
+            tui.wait_for("Permission", Duration::from_secs(10));
+            tui.keys("y");
+        }
+        let reached = tui.wait_for(wait_for, Duration::from_secs(10));
+        tally.check(&format!("{when}: reached"), reached, || tui.text());
+        signal(tui.child.id(), "KILL");
+        drop(tui);
+        tally.fault(&format!("SIGKILL of steward {when}"));
+        let mut relaunched = Tui::start(&scenario.env, work, &args);
+        let panel = relaunched.wait_for("Recovered at launch", Duration::from_secs(10))
+            && relaunched.wait_for(&prompt, Duration::from_secs(2));
+        tally.check(
+            &format!("{when}: the panel names the session"),
+            panel,
+            || relaunched.text(),
+        );
+        relaunched.keys("\r");
+        let carried = relaunched.wait_for("Carried on.", Duration::from_secs(10));
+        tally.check(&format!("{when}: the continuation ran"), carried, || {
+            relaunched.text()
+        });
+        relaunched.keys("\t");
+        relaunched.keys("q");
+        let left = relaunched
+            .wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success());
+        tally.check(
+            &format!("{when}: quit restores the terminal"),
+            left && !relaunched.alternate_screen(),
+            || relaunched.text(),
+        );
+        scenario.check(&mut tally, &[(prompt.as_str(), true)]);
+    }
+    tally.finish("tui");
+}

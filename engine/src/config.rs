@@ -51,6 +51,13 @@ impl Config {
                 lease.lease_ms / 2
             ));
         }
+        if lease.lease_ms > LeaseConfig::MAX_LEASE_MS {
+            return Err(format!(
+                "lease.lease_ms = {} is too long: it must be at most {} ms (a day)",
+                lease.lease_ms,
+                LeaseConfig::MAX_LEASE_MS
+            ));
+        }
         if self.agent.max_steps == 0 {
             return Err("agent.max_steps must be at least 1".into());
         }
@@ -184,6 +191,10 @@ pub struct ToolsConfig {
     pub output_limit_bytes: usize,
     /// Grace between SIGTERM and SIGKILL when a command is stopped.
     pub kill_grace_ms: u64,
+    /// Environment variables commands never see: the provider's API key variable
+    /// (set by the engine from `provider.api_key_env`, not a config key).
+    #[serde(skip)]
+    pub hidden_env: Vec<String>,
 }
 
 impl Default for ToolsConfig {
@@ -193,6 +204,7 @@ impl Default for ToolsConfig {
             command_timeout_ms: 120_000,
             output_limit_bytes: 64 * 1024,
             kill_grace_ms: 2_000,
+            hidden_env: Vec::new(),
         }
     }
 }
@@ -218,6 +230,8 @@ impl Default for LeaseConfig {
 impl LeaseConfig {
     /// The shortest lease a config may set.
     pub const MIN_LEASE_MS: u64 = 1_000;
+    /// The longest: a day.
+    pub const MAX_LEASE_MS: u64 = 86_400_000;
 
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
@@ -322,6 +336,10 @@ mod tests {
                 "lease.heartbeat_ms = 0",
             ),
             ("[agent]\nmax_steps = 0\n", "agent.max_steps"),
+            (
+                "[lease]\nlease_ms = 9223372036854775807\n",
+                "lease.lease_ms = 9223372036854775807 is too long",
+            ),
         ] {
             let err = Config::from_toml(toml).unwrap_err();
             assert!(err.contains(key), "{toml:?}: {err}");

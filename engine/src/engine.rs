@@ -25,7 +25,6 @@ use crate::coordinator::{Coordinator, SessionOutcome, Wake};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::Delivery;
-use crate::ids;
 use crate::inspector;
 use crate::owner::{Owner, Owners};
 use crate::projection::{InputRow, SessionRow};
@@ -92,13 +91,13 @@ impl Recoverer {
         let db = &self.services.db;
         let (params, clock) = (self.params.clone(), self.services.clock.clone());
         let mut pass = db
-            .with_conn(move |conn| recovery::Pass::begin(conn, params, clock.now_ms()))
+            .with_conn(move |conn| recovery::Pass::begin(conn, params, &|| clock.now_ms()))
             .await?;
         while !pass.is_done() {
             let clock = self.services.clock.clone();
             pass = db
                 .with_conn(move |conn| {
-                    pass.next_batch(conn, clock.now_ms())?;
+                    pass.next_batch(conn, &|| clock.now_ms())?;
                     Ok(pass)
                 })
                 .await?;
@@ -134,10 +133,13 @@ impl Engine {
     /// Registers this instance as an owner and readies the coordinator.
     pub async fn start(options: EngineOptions) -> Result<Engine> {
         let (events, _) = broadcast::channel(1024);
+        let mut config = options.config;
+        // Commands never see the provider's key.
+        config.tools.hidden_env = config.provider.api_key_env.iter().cloned().collect();
         let services = Services {
             db: options.db,
             clock: options.clock,
-            config: Arc::new(options.config),
+            config: Arc::new(config),
             provider: options.provider,
             tools: options.tools,
             permission: options.permission,
@@ -317,35 +319,61 @@ impl Engine {
             }
             inspector::Target::QuarantinedClaim(_) => {
                 let id = execution_id.to_string();
+                let now = clock.clone();
                 let session_id = self
                     .services
                     .db
-                    .write(move |tx| inspector::retry_claim(tx, &id, clock.now_ms()))
+                    .write(move |tx| inspector::retry_claim(tx, &id, now.now_ms()))
                     .await?;
-                let report = self.recover().await?;
-                if let Some(q) = report
-                    .quarantined
-                    .iter()
-                    .find(|q| q.execution_id == execution_id)
-                {
-                    return Err(Error::Invalid(format!(
-                        "{execution_id} is quarantined again: {}",
-                        q.reason
-                    )));
-                }
-                let reconciled = report
-                    .recovered
-                    .iter()
-                    .any(|r| r.execution_id == execution_id);
-                let wake = if reconciled {
-                    self.wake(
-                        &session_id,
-                        Scope::continuation(ids::continuation_input(execution_id)),
-                    )
-                } else {
-                    // Nothing to continue (it was safe, superseded or empty): what
-                    // the session still has queued runs.
-                    self.wake(&session_id, Scope::Queued)
+                self.recover().await?;
+                // What became of it is read from the file, not from this pass's report:
+                // another pass (the background timer) may have taken it first.
+                let id = execution_id.to_string();
+                let (recovery, claim) = self
+                    .services
+                    .db
+                    .read(move |conn| {
+                        let recovery = crate::inspect::recoveries_of(conn, &id)?;
+                        Ok((recovery, crate::claim::get(conn, &id)?))
+                    })
+                    .await?;
+                let wake = match (recovery, claim) {
+                    (Some(r), _) if r.wake_pending && r.recovery_error.is_none() => {
+                        self.wake(&session_id, Scope::continuation(r.continuation_message_id))
+                    }
+                    // Reconciled but parked (a crash loop): the user asked to go on.
+                    (Some(r), _)
+                        if r.recovery_error.as_deref() == Some(recovery::CRASH_LOOP_ERROR) =>
+                    {
+                        let id = execution_id.to_string();
+                        let (session, input_id) = self
+                            .services
+                            .db
+                            .write(move |tx| inspector::rearm_wake(tx, &id, clock.now_ms()))
+                            .await?;
+                        self.wake(&session, Scope::continuation(input_id))
+                    }
+                    (Some(r), _) => {
+                        return Err(Error::Invalid(match r.recovery_error {
+                            Some(reason) => format!(
+                                "{execution_id} was reconciled, but its wake is quarantined: {reason}"
+                            ),
+                            None => {
+                                format!("{execution_id} was reconciled and has already continued")
+                            }
+                        }));
+                    }
+                    (None, Some(claim)) => {
+                        return Err(Error::Invalid(match claim.recovery_error {
+                            Some(reason) => {
+                                format!("{execution_id} is quarantined again: {reason}")
+                            }
+                            None => format!("{execution_id} waits for recovery"),
+                        }));
+                    }
+                    // Nothing to continue (it was safe, superseded or empty): what the
+                    // session still has queued runs.
+                    (None, None) => self.wake(&session_id, Scope::Queued),
                 };
                 Ok(Continued {
                     session_id,

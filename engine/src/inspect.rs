@@ -299,6 +299,17 @@ pub fn recoveries(conn: &Connection) -> Result<Vec<RecoveryView>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The `session_recovery` row of one execution, if any.
+pub fn recoveries_of(conn: &Connection, execution_id: &str) -> Result<Option<RecoveryView>> {
+    use rusqlite::OptionalExtension;
+    let mut stmt = conn.prepare_cached(
+        "SELECT execution_id, session_id, phase, assistant_message_id, continuation_message_id,
+                wake_pending, wake_attempts, recovery_error, time_created
+         FROM session_recovery WHERE execution_id = ?1",
+    )?;
+    Ok(stmt.query_row([execution_id], recovery_view).optional()?)
+}
+
 /// A `session_recovery` row in the column order the queries here select.
 pub(crate) fn recovery_view(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecoveryView> {
     Ok(RecoveryView {

@@ -61,6 +61,17 @@ fn record(
     execution_id: &str,
     now_ms: i64,
 ) -> Result<()> {
+    // A row whose session is gone (a damaged file) is acted on all the same; there
+    // is no log to record it in.
+    if rows::session(tx, session_id)?.is_none() {
+        tracing::warn!(
+            execution = execution_id,
+            session = session_id,
+            action,
+            "acted on a row of a missing session"
+        );
+        return Ok(());
+    }
     append_unowned(
         tx,
         session_id,
@@ -116,6 +127,12 @@ pub fn retry_claim(tx: &Transaction<'_>, execution_id: &str, now_ms: i64) -> Res
             "execution {execution_id} is not a quarantined claim"
         )));
     };
+    if rows::session(tx, &row.session_id)?.is_none() {
+        return Err(Error::Invalid(format!(
+            "the session of {execution_id} ({}) does not exist: recovery cannot help; discard it",
+            row.session_id
+        )));
+    }
     tx.execute(
         "UPDATE session_execution SET recovery_error = NULL, expires_at = ?2 WHERE id = ?1",
         params![execution_id, now_ms],
@@ -129,7 +146,16 @@ pub fn retry_claim(tx: &Transaction<'_>, execution_id: &str, now_ms: i64) -> Res
 /// valid). Returns the session.
 pub fn discard(tx: &Transaction<'_>, execution_id: &str, now_ms: i64) -> Result<String> {
     match find(tx, execution_id)? {
-        Target::Recovery { session_id, .. } => {
+        Target::Recovery {
+            session_id,
+            input_id,
+            ..
+        } => {
+            if rows::input(tx, &input_id)?.is_some_and(|i| !i.is_pending()) {
+                return Err(Error::Invalid(format!(
+                    "the continuation of {execution_id} was already promoted: it has run, there is nothing to discard"
+                )));
+            }
             tx.execute(
                 "DELETE FROM session_recovery WHERE execution_id = ?1",
                 [execution_id],

@@ -11,7 +11,13 @@
 //!   names, or is still pending (protocol §6 invariant 16);
 //! - `recovery_rows`: every `session_recovery` row points at its own session's rows
 //!   through IDs derived from its execution (invariant 15);
-//! - `epoch`: along a session's events, an execution's epoch never decreases.
+//! - `epoch`: along a session's events, an execution's epoch never decreases;
+//! - `types`: every integer column holds integers — a file whose tables are not
+//!   STRICT (an older or altered schema) can hold anything — except in claims already
+//!   quarantined for it.
+//!
+//! A rule that cannot even run on a damaged file is reported as broken, and the
+//! others still run.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +47,7 @@ fn violation(rule: &'static str, session: Option<&str>, detail: String) -> Viola
 /// The names of every rule checked, in order.
 pub const RULES: &[&str] = &[
     "integrity",
+    "types",
     "seq",
     "replay",
     "one_claim",
@@ -50,18 +57,84 @@ pub const RULES: &[&str] = &[
     "epoch",
 ];
 
+type Rule<'a> = &'a dyn Fn(&Connection, &mut Vec<Violation>) -> Result<()>;
+
 /// Checks every invariant at `now_ms` (read-only).
 pub fn check(conn: &Connection, now_ms: i64) -> Result<Vec<Violation>> {
+    let open_tools_now = |c: &Connection, out: &mut Vec<Violation>| open_tools(c, now_ms, out);
+    let rules: [(&'static str, Rule<'_>); 9] = [
+        ("integrity", &integrity),
+        ("types", &types),
+        ("seq", &seq),
+        ("replay", &replay),
+        ("one_claim", &one_claim),
+        ("open_tool", &open_tools_now),
+        ("input_once", &inputs),
+        ("recovery_rows", &recovery_rows),
+        ("epoch", &epochs),
+    ];
     let mut out = Vec::new();
-    integrity(conn, &mut out)?;
-    seq(conn, &mut out)?;
-    replay(conn, &mut out)?;
-    one_claim(conn, &mut out)?;
-    open_tools(conn, now_ms, &mut out)?;
-    inputs(conn, &mut out)?;
-    recovery_rows(conn, &mut out)?;
-    epochs(conn, &mut out)?;
+    for (name, rule) in rules {
+        if let Err(e) = rule(conn, &mut out) {
+            out.push(violation(name, None, format!("could not be checked: {e}")));
+        }
+    }
     Ok(out)
+}
+
+/// Every integer column of every table, as (table, column).
+const INTEGER_COLUMNS: &[(&str, &str)] = &[
+    ("session", "time_created"),
+    ("session", "time_updated"),
+    ("event", "seq"),
+    ("event", "epoch"),
+    ("event", "time_created"),
+    ("session_message", "seq"),
+    ("session_message", "time_created"),
+    ("session_message", "time_updated"),
+    ("session_input", "admitted_seq"),
+    ("session_input", "promoted_seq"),
+    ("session_input", "wake_pending"),
+    ("session_input", "time_created"),
+    ("session_execution", "epoch"),
+    ("session_execution", "assistant_seq"),
+    ("session_execution", "time_created"),
+    ("session_execution", "expires_at"),
+    ("session_recovery", "wake_pending"),
+    ("session_recovery", "wake_attempts"),
+    ("session_recovery", "time_created"),
+    ("owner", "pid"),
+    ("owner", "time_started"),
+];
+
+fn types(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {
+    for (table, column) in INTEGER_COLUMNS {
+        let quarantined = if *table == "session_execution" {
+            " AND recovery_error IS NULL"
+        } else {
+            ""
+        };
+        let n: i64 = conn.query_row(
+            &format!(
+                "SELECT count(*) FROM {table}
+                 WHERE typeof({column}) NOT IN ('integer', 'null'){quarantined}"
+            ),
+            [],
+            |r| r.get(0),
+        )?;
+        if n > 0 {
+            out.push(violation(
+                "types",
+                None,
+                format!(
+                    "{n} row{} of {table} hold{} a non-integer {column}",
+                    if n == 1 { "" } else { "s" },
+                    if n == 1 { "s" } else { "" }
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn integrity(conn: &Connection, out: &mut Vec<Violation>) -> Result<()> {

@@ -115,6 +115,11 @@ impl Owner {
                 path: owners.dir().to_path_buf(),
                 reason: e.to_string(),
             })?;
+        // Steward's own directory: an older build may have left it readable.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(owners.dir(), std::fs::Permissions::from_mode(0o700));
+        }
         let id = ids::new(ids::OWNER, now_ms);
         let lock_path = owners
             .lock_path(&id)
@@ -157,13 +162,20 @@ pub fn unregister(conn: &mut Connection, owner_id: &str, lock_path: &Path) -> Re
     Ok(())
 }
 
-fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
+/// An owner row, read without trusting its types (a damaged file may hold text in
+/// an integer column): what is not an integer reads as 0, what is not text as empty.
+pub(crate) fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
+    use crate::claim::{integer, text};
+    use rusqlite::types::Value;
     Ok(OwnerRow {
-        id: r.get(0)?,
-        pid: r.get(1)?,
-        hostname: r.get(2)?,
-        time_started: r.get(3)?,
-        lock_path: r.get(4)?,
+        id: text(r.get(0)?),
+        pid: integer(&r.get::<_, Value>(1)?).unwrap_or(0),
+        hostname: text(r.get(2)?),
+        time_started: integer(&r.get::<_, Value>(3)?).unwrap_or(0),
+        lock_path: match r.get::<_, Value>(4)? {
+            Value::Null => None,
+            other => Some(text(other)),
+        },
     })
 }
 
@@ -184,11 +196,14 @@ pub fn get(conn: &Connection, id: &str) -> Result<Option<OwnerRow>> {
     Ok(stmt.query_row([id], owner_row).optional()?)
 }
 
-/// Deletes the owner row if it holds no claim. Returns whether it did.
+/// Deletes the owner row if it holds no claim that could still run or be
+/// recovered. A quarantined claim names the owner that quarantined it, but waits for
+/// the user, not for that owner: it does not keep the row. Returns whether it did.
 pub fn remove_if_idle(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
     let n = tx.execute(
         "DELETE FROM owner WHERE id = ?1
-         AND NOT EXISTS (SELECT 1 FROM session_execution WHERE owner_id = ?1)",
+         AND NOT EXISTS (SELECT 1 FROM session_execution
+                         WHERE owner_id = ?1 AND recovery_error IS NULL)",
         [owner_id],
     )?;
     Ok(n == 1)
@@ -450,5 +465,35 @@ mod tests {
             .execute("DELETE FROM session_execution WHERE id = 'exe_1'", [])
             .unwrap();
         assert!(store.write(|tx| forget_dead(tx, &owners, &dead)).unwrap());
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::Store;
+
+    #[test]
+    fn r4_11_a_quarantined_claim_does_not_keep_its_owner_forever() {
+        let mut store = Store::open_in_memory(&ManualClock::new(0)).unwrap();
+        store
+            .conn()
+            .execute_batch(
+                "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0);
+                 INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL);
+                 INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at, recovery_error)
+                     VALUES ('exe_1', 'ses_1', 'own_me', 'ready', 0, 0, 'expires_at lies ahead');",
+            )
+            .unwrap();
+        assert!(store.write(|tx| remove_if_idle(tx, "own_me")).unwrap());
+        store
+            .conn()
+            .execute_batch(
+                "INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL);
+                 UPDATE session_execution SET recovery_error = NULL;",
+            )
+            .unwrap();
+        assert!(!store.write(|tx| remove_if_idle(tx, "own_me")).unwrap());
     }
 }

@@ -44,6 +44,11 @@ pub const CRASH_LOOP_LIMIT: i64 = 3;
 pub const CRASH_LOOP_ERROR: &str =
     "Execution was interrupted repeatedly and will not be resumed automatically.";
 
+/// The time, read when asked: a pass asks right after its write lock is taken, so a
+/// wait for the lock can never make it judge expiry (or write a lease) by an earlier
+/// time.
+pub type Now<'a> = &'a dyn Fn() -> i64;
+
 /// Who recovers, and how.
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -174,17 +179,16 @@ fn scan(tx: &Transaction<'_>, p: &Params, now_ms: i64, cursor: &Cursor) -> Resul
 pub fn recover_batch(
     conn: &mut Connection,
     p: &Params,
-    now_ms: i64,
+    now: Now<'_>,
     cursor: &mut Cursor,
     report: &mut RecoveryReport,
 ) -> Result<()> {
     // Processes stopped in a rolled-back attempt stay stopped: remember them, so the
     // attempt that commits still reports them.
     let mut stopped = HashMap::new();
-    let (batch, outcomes) = match attempt(conn, p, now_ms, cursor, Isolation::Batch, &mut stopped)?
-    {
+    let (batch, outcomes) = match attempt(conn, p, now, cursor, Isolation::Batch, &mut stopped)? {
         Some(done) => done,
-        None => attempt(conn, p, now_ms, cursor, Isolation::PerRow, &mut stopped)?
+        None => attempt(conn, p, now, cursor, Isolation::PerRow, &mut stopped)?
             .expect("a per-row attempt always completes"),
     };
     report.scanned += batch.len();
@@ -212,12 +216,13 @@ enum Isolation {
 fn attempt(
     conn: &mut Connection,
     p: &Params,
-    now_ms: i64,
+    now: Now<'_>,
     cursor: &Cursor,
     isolation: Isolation,
     stopped: &mut HashMap<String, Vec<StoppedProcess>>,
 ) -> Result<Option<(Vec<ClaimRow>, Vec<RowOutcome>)>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let now_ms = now();
     let batch = scan(&tx, p, now_ms, cursor)?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for row in &batch {
@@ -269,10 +274,10 @@ pub struct Pass {
 
 impl Pass {
     /// Probes the other owners; a provably dead one's claims expire now.
-    pub fn begin(conn: &mut Connection, params: Params, now_ms: i64) -> Result<Pass> {
+    pub fn begin(conn: &mut Connection, params: Params, now: Now<'_>) -> Result<Pass> {
         let started = Instant::now();
         let dead = crate::store::write(conn, |tx| {
-            expire_dead_owners(tx, &params.owner_id, &params.owners, now_ms)
+            expire_dead_owners(tx, &params.owner_id, &params.owners, now())
         })?;
         let report = RecoveryReport {
             dead_owners: dead.iter().map(|o| o.id.clone()).collect(),
@@ -291,15 +296,10 @@ impl Pass {
         self.cursor.done
     }
 
-    /// Recovers the next batch (one write transaction) as of `now_ms`.
-    pub fn next_batch(&mut self, conn: &mut Connection, now_ms: i64) -> Result<()> {
-        recover_batch(
-            conn,
-            &self.params,
-            now_ms,
-            &mut self.cursor,
-            &mut self.report,
-        )?;
+    /// Recovers the next batch (one write transaction) as of `now()`, read once the
+    /// transaction holds the write lock.
+    pub fn next_batch(&mut self, conn: &mut Connection, now: Now<'_>) -> Result<()> {
+        recover_batch(conn, &self.params, now, &mut self.cursor, &mut self.report)?;
         if !self.cursor.done {
             crate::failpoint!("recovery.between_batches");
         }
@@ -321,9 +321,9 @@ impl Pass {
 
 /// A whole pass on one connection (tests, benchmarks, helpers).
 pub fn pass(conn: &mut Connection, p: &Params, now_ms: i64) -> Result<RecoveryReport> {
-    let mut pass = Pass::begin(conn, p.clone(), now_ms)?;
+    let mut pass = Pass::begin(conn, p.clone(), &|| now_ms)?;
     while !pass.is_done() {
-        pass.next_batch(conn, now_ms)?;
+        pass.next_batch(conn, &|| now_ms)?;
     }
     pass.finish(conn)
 }
@@ -595,26 +595,46 @@ fn wrote_events(tx: &Transaction<'_>, session_id: &str, execution_id: &str) -> R
         .query_row(params![session_id, execution_id], |r| r.get(0))?)
 }
 
-/// Recoveries of a session since its last progress (protocol §5.8): a step that ended
-/// with a finish other than `tool-calls` (a step that asks for tools ends normally
-/// before the tools run, so it proves nothing about them), or a tool result written
-/// by an execution (`tool.completed` / `tool.failed`; recovery and cancellation
-/// write neither). A tool that kills Steward every time is therefore parked.
+/// Recoveries of a session since its last progress (protocol §5.8). Progress is a
+/// step that ended with a finish other than `tool-calls` (the turn completed), or an
+/// execution that started a second step — which it only does once every tool of its
+/// previous step has finished. A step that ends asking for tools proves nothing about
+/// them, and neither does one tool finishing beside another that kills Steward, so a
+/// tool that kills Steward every time is parked. The log is read from the newest
+/// event back to the last progress.
 fn consecutive_recoveries(tx: &Transaction<'_>, session_id: &str) -> Result<i64> {
-    Ok(tx
-        .prepare_cached(
-            "SELECT count(*) FROM event WHERE aggregate_id = ?1 AND type = 'step.recovered'
-             AND seq > MAX(
-                 COALESCE((SELECT MAX(seq) FROM event
-                           WHERE aggregate_id = ?1 AND type = 'tool.completed'), -1),
-                 COALESCE((SELECT MAX(seq) FROM event
-                           WHERE aggregate_id = ?1 AND type = 'tool.failed'), -1),
-                 COALESCE((SELECT seq FROM event
-                           WHERE aggregate_id = ?1 AND type = 'step.ended'
-                             AND json_extract(data, '$.finish') IS NOT 'tool-calls'
-                           ORDER BY seq DESC LIMIT 1), -1))",
-        )?
-        .query_row([session_id], |r| r.get(0))?)
+    let mut stmt = tx.prepare_cached(
+        "SELECT type, execution_id,
+                CASE WHEN type = 'step.ended' THEN json_extract(data, '$.finish') END
+         FROM event WHERE aggregate_id = ?1 ORDER BY seq DESC",
+    )?;
+    let mut rows = stmt.query([session_id])?;
+    let mut recoveries = 0;
+    let mut steps: HashMap<String, u32> = HashMap::new();
+    while let Some(row) = rows.next()? {
+        let kind: String = row.get(0)?;
+        match kind.as_str() {
+            "step.recovered" => recoveries += 1,
+            "step.ended" => {
+                let finish: Option<String> = row.get(2)?;
+                if finish.as_deref() != Some("tool-calls") {
+                    break;
+                }
+            }
+            "step.started" => {
+                let Some(execution) = row.get::<_, Option<String>>(1)? else {
+                    continue;
+                };
+                let n = steps.entry(execution).or_default();
+                *n += 1;
+                if *n >= 2 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(recoveries)
 }
 
 /// Stops the process groups of the assistant's running tools that are provably still

@@ -327,6 +327,8 @@ pub(crate) enum Stage {
     ToolsWithProcess(crate::message::ProcessIdentity),
     /// The step asked for one tool, which was running (no tool finished).
     ToolRunning,
+    /// The first step's tool finished and a second step was streaming.
+    SecondStep,
 }
 
 /// A session whose execution (owner `own_gone`) was interrupted at `stage`.
@@ -388,6 +390,36 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 usage: None,
             })?;
             f.change_phase(PhaseChange::StepSettled)?;
+            if matches!(stage, Stage::SecondStep) {
+                f.append(Event::ToolCalled {
+                    message_id: message.clone(),
+                    part_id: "prt_first".into(),
+                    call_id: "first".into(),
+                    tool: "list_dir".into(),
+                    input: serde_json::json!({"path": "."}),
+                })?;
+                f.append(Event::ToolStarted {
+                    message_id: message.clone(),
+                    call_id: "first".into(),
+                    process: None,
+                })?;
+                f.append(Event::ToolCompleted {
+                    message_id: message,
+                    call_id: "first".into(),
+                    output: "ok".into(),
+                    structured: None,
+                })?;
+                let second = format!("msg_b_{}", claim.execution_id);
+                f.append(Event::StepStarted {
+                    message_id: second.clone(),
+                    execution_id: claim.execution_id.clone(),
+                    provider: "p".into(),
+                    model: "m".into(),
+                })?;
+                f.set_assistant(&second)?;
+                f.change_phase(PhaseChange::Dispatched)?;
+                return Ok(claim.execution_id);
+            }
             if matches!(stage, Stage::ToolRunning) {
                 f.append(Event::ToolCalled {
                     message_id: message.clone(),
@@ -432,4 +464,25 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
             Ok(claim.execution_id)
         })
         .unwrap()
+}
+
+/// A tool wrapper left running as after its owner's death (no parent watching it):
+/// the child, and its identity as `tool.started` records it.
+pub(crate) fn leftover_wrapper(
+    command: &str,
+) -> (std::process::Child, crate::message::ProcessIdentity) {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        crate::tools::process::WRAPPER,
+        crate::tools::process::WRAPPER_NAME,
+        command,
+    ])
+    .stdin(std::process::Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let identity = crate::tools::process::identify(child.id() as i32).unwrap();
+    (child, identity)
 }

@@ -60,45 +60,67 @@ impl ToolContext {
         }
     }
 
-    /// Resolves `path` on the file system (after symbolic links) and says whether it
-    /// lies inside the session's directory. A path that does not exist yet may not
-    /// climb out with `..` past its existing part.
+    /// Resolves `path` on the file system (after symbolic links, dangling ones
+    /// included) and says whether it lies inside the session's directory. A path that
+    /// does not exist yet may not climb out with `..` past its existing part.
+    ///
+    /// A session directory of `/` or the home directory itself is no boundary at all
+    /// (a copied or damaged database could say so): there, everything counts as
+    /// outside and asks.
     pub fn locate(&self, path: &str) -> Result<Located, String> {
-        let wanted = self.resolve(path);
-        let mut existing = wanted.as_path();
-        let mut rest = Vec::new();
-        let real = loop {
-            match std::fs::canonicalize(existing) {
-                Ok(real) => break real,
-                Err(_) => {
-                    let (Some(parent), Some(name)) = (existing.parent(), existing.file_name())
-                    else {
-                        return Err(format!("cannot resolve {}", wanted.display()));
-                    };
-                    rest.push(name.to_os_string());
-                    existing = parent;
-                }
-            }
-        };
-        if wanted.components().rev().take(rest.len()).any(|c| {
-            matches!(
-                c,
-                std::path::Component::ParentDir | std::path::Component::CurDir
-            )
-        }) {
-            return Err(format!(
-                "{} climbs with `..` through a directory that does not exist",
-                wanted.display()
-            ));
-        }
-        let path = rest.into_iter().rev().fold(real, |p, name| p.join(name));
+        let path = real_path(&self.resolve(path), 0)?;
         let base =
             std::fs::canonicalize(&self.directory).unwrap_or_else(|_| self.directory.clone());
+        let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+        let boundless = base.parent().is_none() || home.as_deref() == Some(base.as_path());
         Ok(Located {
-            inside: path.starts_with(&base),
+            inside: !boundless && path.starts_with(&base),
             path,
         })
     }
+}
+
+/// `wanted` with every symbolic link followed: the real path of its longest existing
+/// part, plus the rest. A dangling link is followed to where it points, so a write
+/// through it is judged by where it would land.
+fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
+    const MAX_LINKS: usize = 16;
+    if depth > MAX_LINKS {
+        return Err(format!("{}: too many symbolic links", wanted.display()));
+    }
+    let mut existing = wanted;
+    let mut rest = Vec::new();
+    let real = loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            break real;
+        }
+        if std::fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink()) {
+            let target = std::fs::read_link(existing)
+                .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
+            let target = match existing.parent() {
+                Some(parent) if target.is_relative() => parent.join(target),
+                _ => target,
+            };
+            break real_path(&target, depth + 1)?;
+        }
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            return Err(format!("cannot resolve {}", wanted.display()));
+        };
+        rest.push(name.to_os_string());
+        existing = parent;
+    };
+    if wanted.components().rev().take(rest.len()).any(|c| {
+        matches!(
+            c,
+            std::path::Component::ParentDir | std::path::Component::CurDir
+        )
+    }) {
+        return Err(format!(
+            "{} climbs with `..` through a directory that does not exist",
+            wanted.display()
+        ));
+    }
+    Ok(rest.into_iter().rev().fold(real, |p, name| p.join(name)))
 }
 
 /// What a call would touch before it runs: a path outside the session's directory

@@ -17,6 +17,7 @@ use steward_engine::runner::{EngineEvent, Outcome};
 use steward_engine::store::{Store, rows};
 use steward_engine::tools::Headless;
 use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, runtime};
 use crate::exit;
@@ -47,6 +48,10 @@ pub struct RunArgs {
 
 pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
     runtime()?.block_on(async move {
+        // Ctrl-C is ours from the start: before the prompt is admitted it stops the
+        // command with nothing admitted; after, it cancels the turn; a second one
+        // leaves at once (whatever still runs is reconciled at the next launch).
+        let interrupt = interrupt_handler()?;
         let engine = ctx
             .start_engine(
                 store,
@@ -55,13 +60,30 @@ pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
                 }),
             )
             .await?;
-        let result = drive(&engine, &args).await;
+        let result = drive(&engine, &args, &interrupt).await;
         engine.shutdown().await?;
         result
     })
 }
 
-async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
+/// Cancelled by the first SIGINT; the second exits the process with 130 at once.
+fn interrupt_handler() -> Result<CancellationToken> {
+    let mut signals = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let interrupted = CancellationToken::new();
+    let first = interrupted.clone();
+    tokio::spawn(async move {
+        signals.recv().await;
+        first.cancel();
+        signals.recv().await;
+        eprintln!(
+            "\nsteward: interrupted again: leaving now (the turn is reconciled at the next launch)"
+        );
+        std::process::exit(i32::from(exit::INTERRUPTED));
+    });
+    Ok(interrupted)
+}
+
+async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -> Result<ExitCode> {
     // Recovery runs before any session does: the target session's interrupted
     // execution is reconciled and (with `auto_continue`) its continuation promoted
     // ahead of the prompt. Other sessions' wakes are left for `steward`, `acp` or
@@ -110,8 +132,24 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
         }
     };
     let mut events = engine.subscribe();
+    if interrupt.is_cancelled() {
+        eprintln!("steward: cancelled before the prompt was admitted");
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    }
     // Admitted and claimed in one transaction: exit 4 means nothing was admitted.
-    engine.submit(&session_id, &prompt).await?;
+    if let Err(error) = engine.submit(&session_id, &prompt).await {
+        if args.json {
+            let label = match &error {
+                steward_engine::Error::SessionBusy { .. } => "busy",
+                _ => "refused",
+            };
+            out!(
+                "{}",
+                json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": error.to_string()})
+            );
+        }
+        return Err(error.into());
+    }
     if !args.json {
         eprintln!("session {session_id}");
     }
@@ -133,7 +171,7 @@ async fn drive(engine: &Engine, args: &RunArgs) -> Result<ExitCode> {
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => {}
                 },
-                _ = tokio::signal::ctrl_c(), if !interrupted => {
+                _ = interrupt.cancelled(), if !interrupted => {
                     interrupted = true;
                     engine.cancel(&session_id);
                 }

@@ -37,6 +37,7 @@ async fn act(engine: &steward_engine::Engine, execution_id: &str) -> Result<Exit
     eprintln!("{session}: {}", describe(outcome.as_ref()));
     Ok(match outcome {
         Some(SessionOutcome::Ran(Outcome::Idle)) | None => ExitCode::SUCCESS,
+        Some(SessionOutcome::Busy { .. }) => ExitCode::from(crate::exit::BUSY),
         _ => ExitCode::FAILURE,
     })
 }

@@ -1,5 +1,6 @@
 //! The heartbeat actor (protocol §4.2): every `heartbeat` interval it reads the clock
-//! anew — inside the writer's job, not before queueing it — and renews the claim. One row: still the owner, and the self-fence moves on.
+//! anew — inside its write transaction, once the lock is held, never before — and
+//! renews the claim. One row: still the owner, and the self-fence moves on.
 //! Zero rows: ownership is lost, and the execution is cancelled at once.
 
 use std::sync::Arc;
@@ -69,13 +70,14 @@ async fn run(p: HeartbeatParams, stop: CancellationToken) {
             _ = tokio::time::sleep(p.interval) => {}
         }
         let (claim, clock) = (p.claim.clone(), p.clock.clone());
-        // The clock is read inside the job, right before the statement: a renewal
-        // that waited behind a busy writer must be judged by the time it runs, or it
-        // could revive a claim that expired while it waited (invariant 6).
+        // The clock is read once the write lock is held, right before the statement:
+        // a renewal that waited — behind this process's writer, or for another
+        // process's lock — must be judged by the time it runs, or it could revive a
+        // claim that expired while it waited (invariant 6).
         let result =
-            p.db.with_conn(move |conn| {
+            p.db.write(move |tx| {
                 let at = clock.monotonic();
-                renew(conn, &claim, clock.now_ms(), lease_ms).map(|()| at)
+                renew(tx, &claim, clock.now_ms(), lease_ms).map(|()| at)
             })
             .await;
         match result {

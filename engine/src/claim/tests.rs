@@ -735,3 +735,59 @@ async fn i6_a_renewal_delayed_behind_a_busy_writer_never_revives_an_expired_clai
         .unwrap();
     assert_eq!(expires_at, Some(T0 + LEASE));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_a_renewal_waiting_for_another_processs_lock_never_revives_an_expired_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let manual = ManualClock::shared(T0);
+    let clock: SharedClock = manual.clone();
+    let db = crate::db::Db::open(&path, clock.as_ref()).unwrap();
+    let claim = db
+        .write(move |tx| {
+            append_unowned(
+                tx,
+                SESSION,
+                T0,
+                Event::SessionCreated {
+                    title: "t".into(),
+                    directory: "/".into(),
+                },
+            )?;
+            match acquire(tx, SESSION, ME, T0, LEASE)? {
+                Acquire::Acquired(c) => Ok(c),
+                other => Err(Error::Invalid(format!("{other:?}"))),
+            }
+        })
+        .await
+        .unwrap();
+    manual.advance_ms(20_000);
+    // Another process holds the write lock (a long transaction elsewhere).
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lost = tokio_util::sync::CancellationToken::new();
+    let lease = Duration::from_millis(LEASE as u64);
+    let beat = heartbeat::Heartbeat::spawn(heartbeat::HeartbeatParams {
+        db: db.clone(),
+        claim: claim.clone(),
+        clock: clock.clone(),
+        lease,
+        interval: Duration::from_millis(20),
+        self_fence: Arc::new(SelfFence::new(clock.clone(), lease, clock.monotonic())),
+        lost: lost.clone(),
+    });
+    // The renewal is now waiting for that lock; the lease runs out meanwhile.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    manual.advance_ms(10_001);
+    other.execute_batch("COMMIT").unwrap();
+    tokio::time::timeout(Duration::from_secs(3), lost.cancelled())
+        .await
+        .expect("the delayed renewal revived the claim");
+    beat.stop().await;
+    let id = claim.execution_id.clone();
+    let expires_at = db
+        .read(move |conn| Ok(get(conn, &id)?.and_then(|r| r.expires_at())))
+        .await
+        .unwrap();
+    assert_eq!(expires_at, Some(T0 + LEASE));
+}

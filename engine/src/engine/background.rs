@@ -122,13 +122,61 @@ impl Loop {
         }
     }
 
+    /// Recovers when something may be taken — a claim recovery may take has expired,
+    /// or its owner is provably dead (the lock probe, which only reads) — and, for
+    /// the long-lived entry points, starts the wakes that are due. The doorbell rings
+    /// for this process's own commits too: then there is usually nothing to do, and
+    /// nothing is written.
     async fn tick(&self) -> crate::Result<()> {
-        self.recoverer.pass().await?;
-        if self.redriving == Redriving::DueWakes {
+        let claims = self.db.read(recovery::claim_expiries).await?;
+        let now = self.clock.now_ms();
+        let mut due = false;
+        let mut others: Vec<String> = Vec::new();
+        for (session, owner, expires_at) in &claims {
+            if *owner == self.me && self.coordinator.is_running(session) {
+                continue;
+            }
+            due |= *expires_at <= now;
+            if *owner != self.me && !others.contains(owner) {
+                others.push(owner.clone());
+            }
+        }
+        if !due && !others.is_empty() {
+            let lock_files = self.recoverer.params.owners.clone();
+            due = self
+                .db
+                .read(move |conn| {
+                    for id in &others {
+                        if let Some(owner) = crate::owner::get(conn, id)?
+                            && crate::owner::probe(&lock_files, &owner)
+                                == crate::owner::Liveness::Dead
+                        {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(false)
+                })
+                .await?;
+        }
+        if due {
+            self.recoverer.pass().await?;
+        }
+        if self.redriving == Redriving::DueWakes && self.db.read(wakes_waiting).await? {
             redrive(&self.db, &self.coordinator, self.auto_continue).await?;
         }
         Ok(())
     }
+}
+
+/// Whether any wake waits: a pending recovery wake or an admitted input whose wake
+/// never ran (a read; the redrive itself writes).
+fn wakes_waiting(conn: &rusqlite::Connection) -> crate::Result<bool> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM session_recovery WHERE wake_pending = 1 AND recovery_error IS NULL)
+             OR EXISTS (SELECT 1 FROM session_input WHERE wake_pending = 1 AND promoted_seq IS NULL)",
+        [],
+        |r| r.get(0),
+    )?)
 }
 
 /// Starts every due wake (protocol §5.7): the recovery wakes that passed their checks,

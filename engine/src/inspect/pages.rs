@@ -353,15 +353,7 @@ pub fn owners(
          WHERE id {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR hostname LIKE ?2 ESCAPE '\\')
          ORDER BY id {dir} LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![bound, page.like(), page.limit()], |r| {
-        Ok(OwnerRow {
-            id: r.get(0)?,
-            pid: r.get(1)?,
-            hostname: r.get(2)?,
-            time_started: r.get(3)?,
-            lock_path: r.get(4)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![bound, page.like(), page.limit()], owner::owner_row)?;
     let rows = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);
     Ok(rows
         .into_iter()

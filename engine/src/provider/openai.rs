@@ -142,7 +142,7 @@ impl Provider for OpenAiProvider {
         }
         let key = self.api_key.clone();
         ProviderStream::spawn(move |tx| async move {
-            if let Err(mut error) = run(http, &tx).await {
+            if let Err(mut error) = run(http, &tx, key.as_deref()).await {
                 error.message = scrub(&error.message, key.as_deref());
                 tx.send(Err(error)).await;
             }
@@ -162,7 +162,13 @@ impl JsonBody for reqwest::RequestBuilder {
     }
 }
 
-async fn run(http: reqwest::RequestBuilder, tx: &StreamSender) -> Result<(), ProviderError> {
+/// Streams one answer. Everything the server sends back — text, tool calls, error
+/// bodies — is scrubbed of `secret` before it goes anywhere.
+async fn run(
+    http: reqwest::RequestBuilder,
+    tx: &StreamSender,
+    secret: Option<&str>,
+) -> Result<(), ProviderError> {
     let response = http.send().await.map_err(|e| {
         if e.is_connect() || e.is_timeout() {
             ProviderError::retryable(format!("cannot reach the provider: {e}"))
@@ -172,7 +178,7 @@ async fn run(http: reqwest::RequestBuilder, tx: &StreamSender) -> Result<(), Pro
     })?;
     let status = response.status();
     if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
+        let body = scrub(&response.text().await.unwrap_or_default(), secret);
         let snippet: String = body.chars().take(300).collect();
         let message = format!("the provider answered HTTP {status}: {}", snippet.trim());
         return Err(if status.as_u16() == 429 || status.is_server_error() {
@@ -182,7 +188,10 @@ async fn run(http: reqwest::RequestBuilder, tx: &StreamSender) -> Result<(), Pro
         });
     }
     let mut events = response.bytes_stream().eventsource();
-    let mut assembly = Assembly::default();
+    let mut assembly = Assembly {
+        secret: secret.filter(|s| !s.is_empty()).map(str::to_string),
+        ..Assembly::default()
+    };
     while let Some(event) = events.next().await {
         let event = event
             .map_err(|e| ProviderError::fatal(format!("the provider stream broke off: {e}")))?;
@@ -194,7 +203,7 @@ async fn run(http: reqwest::RequestBuilder, tx: &StreamSender) -> Result<(), Pro
             continue;
         }
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            let snippet: String = data.chars().take(120).collect();
+            let snippet: String = scrub(data, secret).chars().take(120).collect();
             ProviderError::fatal(format!(
                 "the provider sent a malformed chunk ({e}): {snippet}"
             ))
@@ -231,6 +240,10 @@ struct Assembly {
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<Finish>,
     usage: Option<Usage>,
+    /// The API key, never to be passed on even when the server sends it back.
+    secret: Option<String>,
+    /// Streamed text held back because it could be the start of the secret.
+    held: String,
 }
 
 impl Assembly {
@@ -250,8 +263,9 @@ impl Assembly {
             let delta = &choice["delta"];
             if let Some(text) = delta["content"].as_str()
                 && !text.is_empty()
+                && let Some(text) = self.pass_text(text)
             {
-                out.push(ProviderEvent::TextDelta(text.to_string()));
+                out.push(ProviderEvent::TextDelta(text));
             }
             if let Some(calls) = delta["tool_calls"].as_array() {
                 for call in calls {
@@ -283,10 +297,34 @@ impl Assembly {
         Ok(out)
     }
 
+    /// Text that may be streamed now: without a secret, all of it; with one, all but
+    /// a tail that could still turn out to be its beginning, with the secret scrubbed.
+    fn pass_text(&mut self, text: &str) -> Option<String> {
+        let Some(secret) = &self.secret else {
+            return Some(text.to_string());
+        };
+        self.held.push_str(text);
+        self.held = scrub(&self.held, Some(secret));
+        let mut keep = self.held.len().saturating_sub(secret.len() - 1);
+        while !self.held.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        let now: String = self.held.drain(..keep).collect();
+        (!now.is_empty()).then_some(now)
+    }
+
     async fn finish(&mut self, tx: &StreamSender) -> Result<(), ProviderError> {
+        let held = std::mem::take(&mut self.held);
+        if !held.is_empty() {
+            tx.send(Ok(ProviderEvent::TextDelta(held))).await;
+        }
+        let secret = self.secret.clone();
         let calls = std::mem::take(&mut self.calls);
         let has_calls = !calls.is_empty();
-        for (index, call) in calls {
+        for (index, mut call) in calls {
+            call.arguments = scrub(&call.arguments, secret.as_deref());
+            call.name = scrub(&call.name, secret.as_deref());
+            call.id = scrub(&call.id, secret.as_deref());
             if call.name.is_empty() {
                 return Err(ProviderError::fatal(format!(
                     "tool call {index} arrived without a name"

@@ -631,14 +631,33 @@ fn r5_8_a_tool_that_kills_steward_every_time_is_parked() {
 }
 
 #[test]
-fn r5_8_a_tool_that_finishes_between_recoveries_is_progress() {
+fn r5_8_one_tool_finishing_beside_the_one_that_kills_is_no_progress() {
+    // `Tools`: one tool of the step finished, another was running at the crash.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let mut parked = Vec::new();
+    for round in 0..3 {
+        let at = T0 + round * 100_000;
+        interrupted(&mut store, "ses_1", Stage::Tools, at);
+        let report = pass(store.conn_mut(), &params(), at + LEASE + 1).unwrap();
+        parked.push(report.recovered[0].parked);
+        store
+            .conn()
+            .execute("UPDATE session_recovery SET wake_pending = 0", [])
+            .unwrap();
+    }
+    assert_eq!(parked, vec![false, false, true]);
+}
+
+#[test]
+fn r5_8_an_execution_that_reached_its_next_step_made_progress() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let mut parked = Vec::new();
     for round in 0..4 {
         let at = T0 + round * 100_000;
-        // `Tools` has one tool that completed before the crash.
-        interrupted(&mut store, "ses_1", Stage::Tools, at);
+        // Every tool of the first step finished and the second step had begun.
+        interrupted(&mut store, "ses_1", Stage::SecondStep, at);
         let report = pass(store.conn_mut(), &params(), at + LEASE + 1).unwrap();
         parked.push(report.recovered[0].parked);
         store
@@ -688,8 +707,8 @@ fn r5_2_a_long_pass_judges_each_batch_by_the_time_it_runs() {
         interrupted(&mut store, &format!("ses_{i:03}"), Stage::Promoted, T0);
     }
     let live = interrupted(&mut store, "ses_live", Stage::Promoted, T0 + 60_000);
-    let mut pass = Pass::begin(store.conn_mut(), params(), T0 + 60_001).unwrap();
-    pass.next_batch(store.conn_mut(), T0 + 60_001).unwrap();
+    let mut pass = Pass::begin(store.conn_mut(), params(), &|| T0 + 60_001).unwrap();
+    pass.next_batch(store.conn_mut(), &|| T0 + 60_001).unwrap();
     // The first batch took 15 s; meanwhile the live owner renewed its lease.
     let renewed_at = T0 + 75_000;
     store
@@ -700,7 +719,8 @@ fn r5_2_a_long_pass_judges_each_batch_by_the_time_it_runs() {
         )
         .unwrap();
     while !pass.is_done() {
-        pass.next_batch(store.conn_mut(), renewed_at + 1).unwrap();
+        pass.next_batch(store.conn_mut(), &|| renewed_at + 1)
+            .unwrap();
     }
     let report = pass.finish(store.conn_mut()).unwrap();
     assert_eq!(
@@ -720,10 +740,7 @@ fn r5_2_a_long_pass_judges_each_batch_by_the_time_it_runs() {
 
 #[test]
 fn r5_10_the_leftover_processes_of_a_quarantined_claim_are_stopped() {
-    let mut leftover = std::process::Command::new("sleep");
-    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
-    let mut leftover = leftover.arg("300").spawn().unwrap();
-    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let exe = interrupted(&mut store, "ses_1", Stage::ToolsWithProcess(identity), T0);
@@ -802,10 +819,7 @@ fn i7_recovery_never_signals_a_process_whose_identity_does_not_match() {
 
 #[test]
 fn i7_recovery_stops_a_leftover_group_whose_identity_matches() {
-    let mut leftover = std::process::Command::new("sleep");
-    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
-    let mut leftover = leftover.arg("300").spawn().unwrap();
-    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let exe = interrupted(
@@ -976,10 +990,7 @@ fn i1_a_claim_ahead_by_more_than_a_lease_of_a_live_owner_is_left_alone() {
 
 #[test]
 fn i7_processes_stopped_in_a_rolled_back_attempt_are_still_reported() {
-    let mut leftover = std::process::Command::new("sleep");
-    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
-    let mut leftover = leftover.arg("300").spawn().unwrap();
-    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let with_process = interrupted(
@@ -1011,10 +1022,7 @@ fn i7_processes_stopped_in_a_rolled_back_attempt_are_still_reported() {
 
 #[test]
 fn r5_10_discarding_a_quarantined_claim_stops_its_leftover_processes() {
-    let mut leftover = std::process::Command::new("sleep");
-    std::os::unix::process::CommandExt::process_group(&mut leftover, 0);
-    let mut leftover = leftover.arg("300").spawn().unwrap();
-    let identity = crate::tools::process::identify(leftover.id() as i32).unwrap();
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
     let dir = tempfile::tempdir().unwrap();
     let mut store = store(&dir);
     let exe = interrupted(&mut store, "ses_1", Stage::ToolsWithProcess(identity), T0);
@@ -1050,4 +1058,107 @@ fn r5_10_discarding_a_quarantined_claim_stops_its_leftover_processes() {
             .unwrap()
             .ends_with("recovery stopped them")
     );
+}
+
+#[test]
+fn r5_11_a_discarded_wake_promotes_nothing_even_when_already_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    pass(store.conn_mut(), &params(), LATER).unwrap();
+    let input = ids::continuation_input(&exe);
+    let scope = crate::store::sessions::Scope::continuation(input.clone());
+    let promotable = |store: &Store| {
+        crate::store::sessions::promotable(store.conn(), "ses_1", &scope, true)
+            .unwrap()
+            .len()
+    };
+    assert_eq!(promotable(&store), 1);
+    // The wake was started; the user discards it before it promotes anything.
+    store
+        .write(|tx| crate::inspector::discard(tx, &exe, LATER))
+        .unwrap();
+    assert_eq!(promotable(&store), 0);
+}
+
+#[test]
+fn r5_11_a_wake_that_already_ran_cannot_be_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    pass(store.conn_mut(), &params(), LATER).unwrap();
+    store
+        .conn()
+        .execute(
+            "UPDATE session_input SET promoted_seq = 99 WHERE id = ?1",
+            [ids::continuation_input(&exe)],
+        )
+        .unwrap();
+    let refused = store
+        .write(|tx| crate::inspector::discard(tx, &exe, LATER))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("already promoted"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn r5_11_a_quarantined_claim_of_a_missing_session_can_be_discarded_not_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    store
+        .conn()
+        .execute_batch(
+            "PRAGMA foreign_keys = OFF;
+             INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at, recovery_error)
+                 VALUES ('exe_ghost', 'ses_ghost', 'own_x', 'ready', 0, 0, 'session ses_ghost does not exist');
+             PRAGMA foreign_keys = ON;",
+        )
+        .unwrap();
+    let retry = store
+        .write(|tx| crate::inspector::retry_claim(tx, "exe_ghost", LATER))
+        .unwrap_err();
+    assert!(retry.to_string().contains("discard it"), "{retry}");
+    store
+        .write(|tx| crate::inspector::discard(tx, "exe_ghost", LATER))
+        .unwrap();
+    assert_eq!(
+        count(store.conn(), "SELECT count(*) FROM session_execution"),
+        0
+    );
+}
+
+#[test]
+fn i14_non_integer_columns_are_quarantined_or_reported_never_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    interrupted(&mut store, "ses_2", Stage::Tools, T0);
+    pass(store.conn_mut(), &params(), LATER).unwrap();
+    // A non-STRICT copy of the table would let text in; STRICT tables refuse it, so
+    // the test rebuilds the column's table without STRICT.
+    store
+        .conn()
+        .execute_batch(&format!(
+            "PRAGMA foreign_keys = OFF; PRAGMA writable_schema = OFF;
+             CREATE TABLE r2 AS SELECT * FROM session_recovery;
+             DROP TABLE session_recovery;
+             CREATE TABLE session_recovery (execution_id TEXT PRIMARY KEY NOT NULL, session_id TEXT NOT NULL,
+                 assistant_message_id TEXT, continuation_message_id TEXT NOT NULL, phase TEXT NOT NULL,
+                 wake_pending INTEGER NOT NULL DEFAULT 1, wake_attempts INTEGER NOT NULL DEFAULT 0,
+                 recovery_error TEXT, time_created INTEGER NOT NULL);
+             INSERT INTO session_recovery SELECT * FROM r2; DROP TABLE r2;
+             UPDATE session_recovery SET wake_attempts = 'bad' WHERE execution_id = '{exe}';"
+        ))
+        .unwrap();
+    let violations = crate::invariants::check(store.conn(), LATER).unwrap();
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.rule == "types" && v.detail.contains("wake_attempts")),
+        "{violations:?}"
+    );
+    let (wake, quarantined) = recovery_wakes(store.conn_mut()).unwrap();
+    assert_eq!((wake.len(), quarantined), (1, 1));
 }

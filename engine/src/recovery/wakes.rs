@@ -32,12 +32,14 @@ pub struct WakeCandidate {
     pub input_id: String,
 }
 
+/// A pending wake as stored, read without trusting its types.
 struct PendingWake {
     execution_id: String,
     session_id: String,
     continuation: String,
-    attempts: i64,
-    time_created: i64,
+    /// `None` when the column holds something other than an integer.
+    attempts: Option<i64>,
+    time_created: rusqlite::types::Value,
 }
 
 /// Checks every pending recovery wake, quarantining the bad ones; returns the rest
@@ -45,7 +47,7 @@ struct PendingWake {
 pub fn recovery_wakes(conn: &mut Connection) -> Result<(Vec<WakeCandidate>, usize)> {
     let mut wake = Vec::new();
     let mut quarantined = 0;
-    let mut last: Option<(i64, String)> = None;
+    let mut last: Option<(rusqlite::types::Value, String)> = None;
     loop {
         let (batch, done) = crate::store::write(conn, |tx| {
             let pending = scan(tx, &last)?;
@@ -62,7 +64,7 @@ pub fn recovery_wakes(conn: &mut Connection) -> Result<(Vec<WakeCandidate>, usiz
             }
             let done = pending.len() < BATCH;
             if let Some(row) = pending.last() {
-                last = Some((row.time_created, row.execution_id.clone()));
+                last = Some((row.time_created.clone(), row.execution_id.clone()));
             }
             Ok((out, done))
         })?;
@@ -73,16 +75,20 @@ pub fn recovery_wakes(conn: &mut Connection) -> Result<(Vec<WakeCandidate>, usiz
     }
 }
 
-fn scan(tx: &Transaction<'_>, last: &Option<(i64, String)>) -> Result<Vec<PendingWake>> {
+fn scan(
+    tx: &Transaction<'_>,
+    last: &Option<(rusqlite::types::Value, String)>,
+) -> Result<Vec<PendingWake>> {
     let base =
         "SELECT execution_id, session_id, continuation_message_id, wake_attempts, time_created
                 FROM session_recovery WHERE wake_pending = 1 AND recovery_error IS NULL";
     let map = |r: &rusqlite::Row<'_>| {
+        use crate::claim::{integer, text};
         Ok(PendingWake {
-            execution_id: r.get(0)?,
-            session_id: r.get(1)?,
-            continuation: r.get(2)?,
-            attempts: r.get(3)?,
+            execution_id: text(r.get(0)?),
+            session_id: text(r.get(1)?),
+            continuation: text(r.get(2)?),
+            attempts: integer(&r.get(3)?),
             time_created: r.get(4)?,
         })
     };
@@ -109,10 +115,12 @@ fn check(tx: &Transaction<'_>, row: &PendingWake) -> Result<Result<Option<WakeCa
     if let Err(reason) = verify(tx, &row.execution_id, &row.session_id, &row.continuation)? {
         return Ok(Err(reason));
     }
-    if row.attempts >= WAKE_ATTEMPTS_MAX {
+    let Some(attempts) = row.attempts else {
+        return Ok(Err("wake_attempts is not an integer".into()));
+    };
+    if attempts >= WAKE_ATTEMPTS_MAX {
         return Ok(Err(format!(
-            "the wake was attempted {} times without promoting the continuation",
-            row.attempts
+            "the wake was attempted {attempts} times without promoting the continuation"
         )));
     }
     Ok(Ok(Some(WakeCandidate {

@@ -14,7 +14,9 @@ use crate::runner::{Execution, Flow, Stop};
 
 /// Commit streamed text at least this often...
 pub(crate) const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-/// ...or as soon as this much is buffered.
+/// ...or as soon as this much is buffered — or an eighth of what the step streamed
+/// before, when that is more: each commit rewrites the assistant, so chunks that
+/// grow with it keep a long answer's writes linear in its length, not quadratic.
 pub(crate) const TEXT_FLUSH_BYTES: usize = 4096;
 
 /// How a step ended.
@@ -205,6 +207,7 @@ impl Execution {
     ) -> Flow<Streamed> {
         let part_id = ids::new(ids::PART, self.services.clock.now_ms());
         let mut buffer = String::new();
+        let mut streamed = 0usize;
         let mut waiting: Vec<Instant> = Vec::new();
         let mut calls = Vec::new();
         let (mut finish, mut usage, mut produced) = (None, None, false);
@@ -225,6 +228,7 @@ impl Execution {
                     return Err(Stop::Cancelled);
                 }
                 _ = flush_due => {
+                    streamed += buffer.len();
                     self.flush_text(message_id, &part_id, &mut buffer, &mut waiting).await?;
                 }
                 item = stream.next() => match item {
@@ -233,7 +237,8 @@ impl Execution {
                         produced = true;
                         buffer.push_str(&text);
                         waiting.push(Instant::now());
-                        if buffer.len() >= TEXT_FLUSH_BYTES {
+                        if buffer.len() >= TEXT_FLUSH_BYTES.max(streamed / 8) {
+                            streamed += buffer.len();
                             self.flush_text(message_id, &part_id, &mut buffer, &mut waiting).await?;
                         }
                     }

@@ -996,3 +996,24 @@ async fn r4_13_a_tool_that_never_ends_stops_when_the_claim_is_lost() {
     );
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_is_committed_in_chunks_that_grow_with_it() {
+    let dir = TestDir::new();
+    // 2 MiB streamed at once, in 1 KiB deltas.
+    let chunk = "x".repeat(1024);
+    let provider = FakeProvider::new(vec![Answer {
+        text: vec![chunk; 2048],
+        ..Answer::default()
+    }]);
+    let engine = default_engine(&dir, provider).await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine.submit(&session.id, "write a lot").await.unwrap();
+    engine.wait_idle(&session.id).await;
+    let stats = engine.runner_stats();
+    // Fixed 4 KiB chunks would take 512 commits, each rewriting the whole answer.
+    assert!(stats.text_commits < 80, "{} commits", stats.text_commits);
+    let transcript = messages(&engine, &session.id).await;
+    assert_eq!(transcript[1].data.text().len(), 2 * 1024 * 1024);
+    engine.shutdown().await.unwrap();
+}

@@ -69,7 +69,24 @@ impl Execution {
             config: tools.clone(),
             allow_outside: false,
         };
-        let assessment = match tool.assess(&ctx, &call.input) {
+        // Resolving paths touches the file system, which can hang (a stuck mount):
+        // it runs on a thread of its own, raced against cancellation and loss.
+        let assessed = {
+            let (tool, ctx, input) = (tool.clone(), ctx.clone(), call.input.clone());
+            let (done, result) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("steward-tool-assess".into())
+                .spawn(move || {
+                    let _ = done.send(tool.assess(&ctx, &input));
+                })
+                .map_err(|e| Stop::Failed(crate::Error::Io(e)))?;
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = self.lost.cancelled() => return Err(Stop::Lost),
+                assessed = result => assessed.unwrap_or_else(|_| Err("the tool panicked".into())),
+            }
+        };
+        let assessment = match assessed {
             Ok(assessment) => assessment,
             Err(error) => return Ok(Err(error)),
         };

@@ -119,10 +119,19 @@ pub fn promotable(
 ) -> Result<Vec<InputRow>> {
     let pending = rows::pending_inputs(conn, session_id)?;
     match scope {
-        Scope::Continuations(ids) => Ok(pending
-            .into_iter()
-            .filter(|i| ids.contains(&i.id))
-            .collect()),
+        // Checked again in the promoting transaction: a wake discarded (or
+        // quarantined) since it was started promotes nothing.
+        Scope::Continuations(ids) => {
+            let mut out = Vec::new();
+            for input in pending.into_iter().filter(|i| ids.contains(&i.id)) {
+                if let Some(execution_id) = ids::continuation_execution(&input.id)
+                    && recovery_wake_is_awake(conn, execution_id, &input.id)?
+                {
+                    out.push(input);
+                }
+            }
+            Ok(out)
+        }
         Scope::Queued => {
             let mut out = Vec::new();
             for input in pending {

@@ -522,8 +522,8 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
         };
         // Half reconciled (recovery rows), half still claimed.
-        let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, 100_000).unwrap();
-        pass.next_batch(store.conn_mut(), 100_000).unwrap();
+        let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();
+        pass.next_batch(store.conn_mut(), &|| 100_000).unwrap();
     }
     let before = dump(&Connection::open(&path).unwrap());
     assert!(before.iter().any(|r| r.starts_with("session_recovery: ")));

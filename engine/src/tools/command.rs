@@ -44,7 +44,7 @@ impl Tool for RunCommand {
         let ctx = ctx.clone();
         Box::pin(async move {
             let command = command?;
-            let process = GatedProcess::spawn(&command, &ctx.directory)
+            let process = GatedProcess::spawn(&command, &ctx.directory, &ctx.config.hidden_env)
                 .await
                 .map_err(|e| format!("cannot start the command: {e}"))?;
             let identity = process.identity.clone();

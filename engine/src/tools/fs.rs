@@ -53,13 +53,25 @@ fn located_for_run(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
     Ok(located.path)
 }
 
-/// Runs a quick filesystem call off the async threads.
+/// Runs a filesystem call on a thread of its own, off the async threads. A call that
+/// hangs (a stuck network mount) is abandoned by the runner after its timeout or a
+/// cancellation; its thread is detached, so it holds neither the execution nor the
+/// process's exit.
 fn blocking(f: impl FnOnce() -> ToolOutput + Send + 'static) -> Prepared {
     Prepared::new(None, move |_stop| {
         Box::pin(async move {
-            tokio::task::spawn_blocking(f)
+            let (done, result) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("steward-file-tool".into())
+                .spawn(move || {
+                    let _ = done.send(f());
+                });
+            if let Err(e) = spawned {
+                return ToolOutput::Failed(format!("cannot start the tool: {e}"));
+            }
+            result
                 .await
-                .unwrap_or_else(|e| ToolOutput::Failed(format!("the tool panicked: {e}")))
+                .unwrap_or_else(|_| ToolOutput::Failed("the tool panicked".into()))
         })
     })
 }
@@ -98,7 +110,7 @@ fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
     }
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let meta = file
@@ -282,11 +294,12 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
             kind(&meta)
         ));
     }
+    // The path is resolved: a link that appeared at its end since is not followed.
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(&path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let meta = file

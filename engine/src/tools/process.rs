@@ -30,13 +30,25 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::message::ProcessIdentity;
 
 /// The wrapper: gate, then the command in the background of a shell that kills its
-/// group when its parent dies (SIGHUP from PDEATHSIG).
-const WRAPPER: &str = r#"trap 'kill -KILL 0' HUP
+/// group when its parent dies (SIGHUP from PDEATHSIG). It outlives a SIGTERM to the
+/// group until the command has ended, so the command gets its whole grace period to
+/// clean up before the group is killed; its exit status is the command's.
+pub(crate) const WRAPPER: &str = r#"trap 'kill -KILL 0' HUP
+trap ':' TERM
 IFS= read -r gate || exit 125
 [ "$gate" = go ] || exit 125
 exec 0</dev/null
 sh -c "$1" &
-wait $!"#;
+child=$!
+while :; do
+  wait "$child"
+  status=$?
+  kill -0 "$child" 2>/dev/null || exit "$status"
+done"#;
+
+/// The wrapper's `$0`: with [`WRAPPER`] in the command line, what marks a process as
+/// a Steward tool wrapper.
+pub(crate) const WRAPPER_NAME: &str = "steward-tool";
 
 /// Set to `1` to start tool processes without `PR_SET_PDEATHSIG` (tests of the
 /// recovery path that stops leftover process groups).
@@ -45,6 +57,7 @@ pub const NO_PDEATHSIG_ENV: &str = "STEWARD_TEST_NO_PDEATHSIG";
 struct SpawnRequest {
     command: String,
     cwd: PathBuf,
+    hidden_env: Vec<String>,
     runtime: tokio::runtime::Handle,
     reply: tokio::sync::oneshot::Sender<io::Result<Child>>,
 }
@@ -59,9 +72,11 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
             .spawn(move || {
                 while let Ok(request) = rx.recv() {
                     let _runtime = request.runtime.enter();
-                    let _ = request
-                        .reply
-                        .send(spawn_here(&request.command, &request.cwd));
+                    let _ = request.reply.send(spawn_here(
+                        &request.command,
+                        &request.cwd,
+                        &request.hidden_env,
+                    ));
                 }
             })
             .expect("spawn the tool spawner thread");
@@ -69,11 +84,14 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
     })
 }
 
-fn spawn_here(command: &str, cwd: &Path) -> io::Result<Child> {
+fn spawn_here(command: &str, cwd: &Path, hidden_env: &[String]) -> io::Result<Child> {
     let mut cmd = Command::new("sh");
+    for var in hidden_env {
+        cmd.env_remove(var);
+    }
     cmd.arg("-c")
         .arg(WRAPPER)
-        .arg("steward-tool")
+        .arg(WRAPPER_NAME)
         .arg(command)
         .current_dir(cwd)
         .stdin(Stdio::piped())
@@ -132,13 +150,19 @@ pub struct Finished {
 
 impl GatedProcess {
     /// Starts `command` (via `sh -c`) in `cwd`, in a new process group, held at the
-    /// gate. Nothing of the command has run when this returns.
-    pub async fn spawn(command: &str, cwd: &Path) -> io::Result<GatedProcess> {
+    /// gate, without the environment variables named in `hidden_env` (secrets such
+    /// as the provider's API key). Nothing of the command has run when this returns.
+    pub async fn spawn(
+        command: &str,
+        cwd: &Path,
+        hidden_env: &[String],
+    ) -> io::Result<GatedProcess> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         spawner()
             .send(SpawnRequest {
                 command: command.to_string(),
                 cwd: cwd.to_path_buf(),
+                hidden_env: hidden_env.to_vec(),
                 runtime: tokio::runtime::Handle::current(),
                 reply,
             })
@@ -329,8 +353,11 @@ pub enum Leftover {
 }
 
 /// Kills what is left of a recorded tool process group, if — and only if — it is
-/// provably that group: same host, same boot, and the leader's start time matches
-/// (or, with the leader gone, members of its group that started after it).
+/// provably that group: same host, same boot, the leader's start time matches, and
+/// the leader is a Steward tool wrapper (its command line says so). The identity
+/// comes from the database, and a damaged or hostile row must never make Steward
+/// signal a process that is not its own: a leader that is gone, or is anything but
+/// the wrapper, is never signalled.
 pub fn stop_leftover(identity: &ProcessIdentity) -> Leftover {
     if identity.hostname != crate::owner::hostname()
         || identity.boot_id != boot_id()
@@ -339,34 +366,35 @@ pub fn stop_leftover(identity: &ProcessIdentity) -> Leftover {
         return Leftover::Elsewhere;
     }
     let pgid = identity.pgid;
-    if let Some((_, start)) = stat(pgid) {
-        // A live process with the leader's pid but another start time is not ours.
-        if start != identity.start_time {
-            // Linux never hands out a pid still used as a group id, so the original
-            // group has no members left.
-            return Leftover::Reused;
-        }
-        kill_group(pgid, libc::SIGKILL);
-        return Leftover::Stopped;
+    if identity.pid != pgid {
+        return Leftover::Reused;
     }
-    let members = group_members(pgid, identity.start_time);
-    if members.is_empty() {
+    let Some((group, start)) = stat(pgid) else {
         return Leftover::Gone;
+    };
+    // A live process with the leader's pid but another start time is not ours.
+    if start != identity.start_time || group != pgid || !is_wrapper(pgid) {
+        return Leftover::Reused;
     }
     kill_group(pgid, libc::SIGKILL);
     Leftover::Stopped
 }
 
-/// Live processes in group `pgid` that started at or after `since`.
-fn group_members(pgid: i32, since: u64) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+/// Whether `pid` runs this build's tool wrapper (`sh -c WRAPPER steward-tool …`) as
+/// this user.
+fn is_wrapper(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
     };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| matches!(stat(*pid), Some((g, start)) if g == pgid && start >= since))
-        .collect()
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let ours = std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me);
+    ours && args.len() >= 4
+        && args[1] == b"-c"
+        && args[2] == WRAPPER.as_bytes()
+        && args[3] == WRAPPER_NAME.as_bytes()
 }
 
 #[cfg(test)]
@@ -385,9 +413,13 @@ mod tests {
     #[tokio::test]
     async fn a_gated_command_runs_only_after_the_gate_opens() {
         let dir = tempfile::tempdir().unwrap();
-        let process = GatedProcess::spawn("echo ran >> marker; echo out; echo err >&2", dir.path())
-            .await
-            .unwrap();
+        let process = GatedProcess::spawn(
+            "echo ran >> marker; echo out; echo err >&2",
+            dir.path(),
+            &[],
+        )
+        .await
+        .unwrap();
         assert_eq!(process.identity.pid, process.identity.pgid);
         assert_eq!(
             identify(process.identity.pid),
@@ -425,7 +457,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_gated_process_never_runs() {
         let dir = tempfile::tempdir().unwrap();
-        let process = GatedProcess::spawn("touch marker", dir.path())
+        let process = GatedProcess::spawn("touch marker", dir.path(), &[])
             .await
             .unwrap();
         let pid = process.identity.pid;
@@ -439,7 +471,7 @@ mod tests {
     async fn timeouts_and_cancellation_stop_the_whole_group() {
         let dir = tempfile::tempdir().unwrap();
         let command = "sleep 300 & echo $! > child.pid; sleep 300";
-        let process = GatedProcess::spawn(command, dir.path()).await.unwrap();
+        let process = GatedProcess::spawn(command, dir.path(), &[]).await.unwrap();
         let done = process
             .run(
                 Duration::from_millis(300),
@@ -458,7 +490,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!alive(child), "a grandchild survived the timeout");
 
-        let process = GatedProcess::spawn(command, dir.path()).await.unwrap();
+        let process = GatedProcess::spawn(command, dir.path(), &[]).await.unwrap();
         let stop = StopSignals::default();
         let cancel = stop.cancel.clone();
         let run = tokio::spawn(process.run(
@@ -482,7 +514,7 @@ mod tests {
     #[tokio::test]
     async fn output_is_capped_but_drained() {
         let dir = tempfile::tempdir().unwrap();
-        let process = GatedProcess::spawn("head -c 100000 /dev/zero | tr '\\0' x", dir.path())
+        let process = GatedProcess::spawn("head -c 100000 /dev/zero | tr '\\0' x", dir.path(), &[])
             .await
             .unwrap();
         let done = process
@@ -502,11 +534,9 @@ mod tests {
 
     #[test]
     fn a_reused_pid_is_never_signalled() {
-        let mut unrelated = std::process::Command::new("sleep");
-        std::os::unix::process::CommandExt::process_group(&mut unrelated, 0);
-        let mut unrelated = unrelated.arg("300").spawn().unwrap();
-        let pid = unrelated.id() as i32;
-        let mut identity = identify(pid).unwrap();
+        let (mut leftover, real) = crate::testing::leftover_wrapper("sleep 300");
+        let pid = real.pid;
+        let mut identity = real.clone();
         identity.start_time += 1;
         assert_eq!(stop_leftover(&identity), Leftover::Reused);
         std::thread::sleep(Duration::from_millis(100));
@@ -514,12 +544,63 @@ mod tests {
             alive(pid),
             "a process with another start time was signalled"
         );
-        let real = identify(pid).unwrap();
         assert_eq!(stop_leftover(&real), Leftover::Stopped);
-        unrelated.wait().unwrap();
+        leftover.wait().unwrap();
         assert_eq!(stop_leftover(&real), Leftover::Gone);
         let mut elsewhere = real.clone();
         elsewhere.boot_id = "another-boot".into();
         assert_eq!(stop_leftover(&elsewhere), Leftover::Elsewhere);
+    }
+
+    #[test]
+    fn r5_10_a_process_that_is_not_a_tool_wrapper_is_never_signalled() {
+        // A damaged or hostile row names a user's process, exactly.
+        let mut users = std::process::Command::new("sleep");
+        std::os::unix::process::CommandExt::process_group(&mut users, 0);
+        let mut users = users.arg("300").spawn().unwrap();
+        let identity = identify(users.id() as i32).unwrap();
+        assert_eq!(stop_leftover(&identity), Leftover::Reused);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(alive(identity.pid), "a user's process was signalled");
+        users.kill().unwrap();
+        users.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stopped_command_gets_its_grace_to_clean_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = "trap 'sleep 0.3; echo cleaned > cleaned.txt; exit 0' TERM; sleep 100 & wait";
+        let process = GatedProcess::spawn(command, dir.path(), &[]).await.unwrap();
+        let stop = StopSignals::default();
+        let cancel = stop.cancel.clone();
+        let run =
+            tokio::spawn(process.run(Duration::from_secs(60), 1024, Duration::from_secs(5), stop));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+        let done = run.await.unwrap().unwrap();
+        assert_eq!(done.exit, Exit::Cancelled);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("cleaned.txt")).unwrap(),
+            "cleaned\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hidden_variable_never_reaches_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        // HOME is set in every test process; hiding it proves the removal.
+        let process = GatedProcess::spawn("echo \"[$HOME]\"", dir.path(), &["HOME".into()])
+            .await
+            .unwrap();
+        let done = process
+            .run(
+                Duration::from_secs(10),
+                1024,
+                Duration::from_secs(1),
+                StopSignals::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&done.stdout), "[]\n");
     }
 }

@@ -325,6 +325,41 @@ async fn an_api_key_echoed_by_the_server_never_reaches_an_error_or_debug_output(
 }
 
 #[tokio::test]
+async fn an_api_key_streamed_back_is_scrubbed_even_split_across_chunks() {
+    let key = std::env::var("PATH").unwrap();
+    let (head, tail) = key.split_at(key.len() / 2);
+    let text = |t: &str| serde_json::json!({"choices": [{"delta": {"content": t}}]}).to_string();
+    let call = serde_json::json!({"choices": [{"delta": {"tool_calls": [
+        {"index": 0, "id": "c1", "function": {"name": "run_command",
+         "arguments": format!("{{\"command\": \"echo {key}\"}}")}}]}, "finish_reason": "tool_calls"}]})
+    .to_string();
+    let chunks = [
+        text("the key is "),
+        text(head),
+        text(tail),
+        text(" and more"),
+        call,
+    ];
+    let mut events: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    events.push("[DONE]");
+    let (url, _) = serve(vec![Reply::sse(&events)]).await;
+    let mut config = config(&url);
+    config.api_key_env = Some("PATH".into());
+    let provider = OpenAiProvider::new(&config).unwrap();
+    let mut streamed = String::new();
+    let mut input = serde_json::Value::Null;
+    for event in collect(&provider).await {
+        match event.unwrap() {
+            ProviderEvent::TextDelta(t) => streamed.push_str(&t),
+            ProviderEvent::ToolCall(c) => input = c.input,
+            _ => {}
+        }
+    }
+    assert_eq!(streamed, "the key is <redacted> and more");
+    assert_eq!(input, serde_json::json!({"command": "echo <redacted>"}));
+}
+
+#[tokio::test]
 async fn dropping_the_stream_hangs_up_on_a_slow_server() {
     let slow = Reply {
         status: 200,

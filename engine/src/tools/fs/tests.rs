@@ -177,6 +177,49 @@ fn paths_outside_the_session_directory_are_assessed_after_symlinks() {
 }
 
 #[tokio::test]
+async fn r4_13_a_write_through_a_dangling_link_is_judged_by_where_it_lands() {
+    let root = tempfile::tempdir().unwrap();
+    let session = root.path().join("work");
+    std::fs::create_dir_all(&session).unwrap();
+    let target = root.path().join("outside-created");
+    std::os::unix::fs::symlink(&target, session.join("dangling")).unwrap();
+    std::os::unix::fs::symlink(root.path().join("gone/dir"), session.join("dir-link")).unwrap();
+    let ctx = ctx_in(&session);
+    let outside = WriteFile
+        .assess(&ctx, &json!({"path": "dangling", "content": "x"}))
+        .unwrap()
+        .outside;
+    let real_root = std::fs::canonicalize(root.path()).unwrap();
+    assert_eq!(outside, Some(real_root.join("outside-created")));
+    let through_dir = WriteFile
+        .assess(&ctx, &json!({"path": "dir-link/new.txt", "content": "x"}))
+        .unwrap()
+        .outside;
+    assert_eq!(through_dir, Some(real_root.join("gone/dir/new.txt")));
+    let denied = failure(
+        call(
+            &WriteFile,
+            &ctx,
+            json!({"path": "dangling", "content": "pwned"}),
+        )
+        .await,
+    );
+    assert!(denied.contains("outside the session directory"), "{denied}");
+    assert!(!target.exists());
+}
+
+#[test]
+fn a_session_directory_of_root_is_no_boundary() {
+    let ctx = ToolContext {
+        directory: "/".into(),
+        config: ToolsConfig::default(),
+        allow_outside: false,
+    };
+    let located = ctx.locate("/etc/hostname").unwrap();
+    assert!(!located.inside);
+}
+
+#[tokio::test]
 async fn a_run_never_reaches_outside_without_permission() {
     let root = tempfile::tempdir().unwrap();
     let session = root.path().join("work");

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod acp;
 mod campaign;
 mod claims;
 mod docs;

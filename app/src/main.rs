@@ -3,6 +3,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod acp;
 mod commands;
 mod context;
 mod logging;
@@ -107,6 +108,10 @@ enum Command {
         /// The execution id (`exe_…`).
         execution_id: String,
     },
+    /// An Agent Client Protocol agent on stdin/stdout, for editors and desktop shells
+    /// (Zed, JetBrains IDEs, Neovim, Emacs, Tauri/Electron sidecars). Stdout carries
+    /// protocol messages only; exits when stdin closes.
+    Acp,
     /// Check integrity, schema version, that every projection equals a replay of its
     /// event log, and every invariant (claims, open tools, inputs, recoveries, epochs).
     /// Never recovers or runs anything.
@@ -179,6 +184,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             commands::discard::run(store, ctx.clock.now_ms(), &execution_id)
         }
         Command::Doctor { json } => commands::doctor::run(&store, ctx.clock.now_ms(), json),
+        Command::Acp => acp::run(&ctx, store),
         Command::Inspect { .. } => unreachable!("handled before the store opens"),
     }
 }

@@ -1,0 +1,365 @@
+//! `steward acp` against the official ACP TypeScript client SDK
+//! (`tests/acp/conformance.mjs`, `@agentclientprotocol/sdk` pinned in
+//! `tests/acp/package.json`): every message the agent sends is validated against
+//! the SDK's schemas, and each scenario's checks must pass. Node.js is required; a
+//! missing `node` fails these tests rather than skipping them.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Once;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::run::{work_dir, write_script};
+use crate::support::{Env, signal, stderr, stdout, steward_bin};
+
+fn acp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/acp")
+}
+
+/// `npm ci` once, when the SDK is not installed yet.
+fn ensure_sdk() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let node = Command::new("node").arg("--version").output();
+        assert!(
+            node.as_ref().is_ok_and(|o| o.status.success()),
+            "node (Node.js 20+) is required for the ACP conformance tests: {node:?}"
+        );
+        if !acp_dir()
+            .join("node_modules/@agentclientprotocol/sdk")
+            .exists()
+        {
+            let status = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(acp_dir())
+                .status()
+                .expect("npm is required to install the ACP SDK");
+            assert!(status.success(), "npm ci failed in tests/acp");
+        }
+    });
+}
+
+fn argv(env: &Env, script: &str, config: Option<&Path>) -> String {
+    let mut argv = vec![
+        steward_bin().to_string(),
+        "--data-dir".into(),
+        env.data.display().to_string(),
+        "--script".into(),
+        script.into(),
+    ];
+    if let Some(config) = config {
+        argv.push("--config".into());
+        argv.push(config.display().to_string());
+    }
+    argv.push("acp".into());
+    serde_json::to_string(&argv).unwrap()
+}
+
+fn client(env: &Env, argv: &str, scenario: &str, options: &[&str]) -> Command {
+    let mut cmd = Command::new("node");
+    cmd.arg(acp_dir().join("conformance.mjs"))
+        .arg(argv)
+        .arg(scenario)
+        .args(options)
+        .env("HOME", &env.home)
+        .env_remove("STEWARD_DATA_DIR")
+        .env_remove("STEWARD_CONFIG")
+        .env_remove("FAILPOINTS");
+    cmd
+}
+
+/// Runs a scenario and asserts every check passed.
+fn conform(env: &Env, argv: &str, scenario: &str, options: &[&str]) -> Vec<Value> {
+    ensure_sdk();
+    let output: Output = client(env, argv, scenario, options).output().unwrap();
+    let lines: Vec<Value> = stdout(&output)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let failed: Vec<&Value> = lines.iter().filter(|l| l["ok"] == false).collect();
+    assert!(
+        output.status.success() && failed.is_empty() && lines.iter().any(|l| l["done"] == true),
+        "{scenario}: {failed:#?}\nstdout:\n{}\nstderr:\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    lines
+}
+
+const TURN: &str = r#"
+[[step]]
+text = ["Looking ", "around."]
+tool_calls = [{ tool = "list_dir", input = { path = "." } }]
+[[step]]
+text = ["All done."]
+"#;
+
+#[test]
+fn acp_a_turn_with_a_tool_call_streams_updates_and_ends_the_turn() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "turn.toml", TURN);
+    conform(&env, &argv(&env, &script, None), "turn", &["--cwd", &work]);
+}
+
+#[test]
+fn acp_a_cancelled_turn_answers_cancelled() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "slow.toml",
+        r#"
+        [[step]]
+        text = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight "]
+        delay_ms = 300
+    "#,
+    );
+    conform(
+        &env,
+        &argv(&env, &script, None),
+        "cancel",
+        &["--cwd", &work],
+    );
+    // The cancellation went through the engine like Ctrl-C in `run`.
+    let output = env.run(&["doctor"]);
+    assert!(output.status.success(), "{}", stdout(&output));
+}
+
+#[test]
+fn acp_session_list_returns_every_session_and_filters_by_cwd() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let other = env.root.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let script = write_script(&env, "turn.toml", TURN);
+    conform(
+        &env,
+        &argv(&env, &script, None),
+        "list",
+        &["--cwd", &work, "--cwd2", other.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn acp_a_tool_outside_tools_allow_asks_and_the_answer_decides() {
+    let script_text = r#"
+        [[step]]
+        tool_calls = [{ tool = "write_file", input = { path = "notes.txt", content = "hello" } }]
+        [[step]]
+        text = ["Done."]
+    "#;
+    for (decision, written) in [("allow", true), ("reject", false)] {
+        let env = Env::new();
+        let work = work_dir(&env);
+        let script = write_script(&env, "perm.toml", script_text);
+        conform(
+            &env,
+            &argv(&env, &script, None),
+            "permission",
+            &["--cwd", &work, "--decision", decision],
+        );
+        assert_eq!(
+            Path::new(&work).join("notes.txt").exists(),
+            written,
+            "{decision}"
+        );
+    }
+}
+
+const CRASH: &str = r#"
+[[step]]
+text = ["Running ", "the slow command."]
+tool_calls = [{ tool = "run_command", input = { command = "echo ran >> ../effects.txt; sleep 300" } }]
+[[step]]
+text = ["Carried on after the restart."]
+[[step]]
+text = ["Still here."]
+"#;
+
+/// Starts a turn whose tool sleeps, SIGKILLs the agent while the tool runs; returns
+/// the session and the interrupted tool call.
+pub fn crash_mid_tool(env: &Env, argv: &str, work: &str) -> (String, String) {
+    crash(env, argv, work, "tool")
+}
+
+/// Starts a turn and SIGKILLs the agent once `on` happened: `text` streamed, or a
+/// `tool` running. Returns the session and the running tool call (if any).
+fn crash(env: &Env, argv: &str, work: &str, on: &str) -> (String, String) {
+    ensure_sdk();
+    let mut child = client(
+        env,
+        argv,
+        "crash-start",
+        &["--cwd", work, "--prompt", "run it", "--ready-on", on],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = loop {
+        let line = lines
+            .next()
+            .expect("crash-start ended before its tool ran")
+            .unwrap();
+        let value: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        assert_ne!(value["ok"], false, "crash-start: {line}");
+        if value["ready"] == true {
+            break value;
+        }
+    };
+    let pid = ready["pid"].as_u64().unwrap() as u32;
+    signal(pid, "KILL");
+    let _ = child.kill();
+    let _ = child.wait();
+    // The killed agent's tool group dies with it (PR_SET_PDEATHSIG).
+    std::thread::sleep(Duration::from_millis(200));
+    (
+        ready["session_id"].as_str().unwrap().to_string(),
+        ready["tool_call_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+#[test]
+fn acp_after_sigkill_mid_tool_session_load_replays_the_recovery_and_a_new_prompt_ends_the_turn() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "crash.toml", CRASH);
+    let argv = argv(&env, &script, None);
+    let (session, call) = crash_mid_tool(&env, &argv, &work);
+    conform(
+        &env,
+        &argv,
+        "crash-load",
+        &[
+            "--cwd",
+            &work,
+            "--session",
+            &session,
+            "--tool-call-id",
+            &call,
+            "--prompt",
+            "run it",
+        ],
+    );
+    let effects = std::fs::read_to_string(env.root.path().join("effects.txt")).unwrap();
+    assert_eq!(effects, "ran\n", "the tool ran again");
+}
+
+#[test]
+fn acp_a_second_process_prompting_a_session_acp_runs_gets_exit_4() {
+    ensure_sdk();
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "crash.toml", CRASH);
+    let argv = argv(&env, &script, None);
+    let mut child = client(
+        &env,
+        &argv,
+        "crash-start",
+        &["--cwd", &work, "--prompt", "run it"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = loop {
+        let value: Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap_or(Value::Null);
+        if value["ready"] == true {
+            break value;
+        }
+    };
+    let session = ready["session_id"].as_str().unwrap();
+    let output = env
+        .cmd()
+        .args(["--script", &script, "run", "--session", session, "me too"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("held by owner"),
+        "{}",
+        stderr(&output)
+    );
+    signal(ready["pid"].as_u64().unwrap() as u32, "KILL");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The fault campaign through ACP: SIGKILL of `steward acp` during a streamed turn
+/// and while its tool runs, relaunch, then the replayed recovery, the invariants
+/// and the tool's side effect (it ran at most once).
+#[test]
+fn campaign_sigkill_of_acp_mid_turn_is_recovered_and_replayed() {
+    use crate::campaign::{Scenario, Tally};
+    let mut tally = Tally::default();
+    let streamed = r#"
+        [[step]]
+        text = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight "]
+        delay_ms = 250
+        tool_calls = [{ tool = "run_command", input = { command = "echo ran >> ../effects.txt; sleep 300" } }]
+        [[step]]
+        text = ["Carried on after the restart."]
+        [[step]]
+        text = ["Still here."]
+    "#;
+    for (when, on, script) in [
+        ("while it streams", "text", streamed),
+        ("while its tool runs", "tool", CRASH),
+    ] {
+        let scenario = Scenario::new(format!("acp {when}"), script);
+        let argv = serde_json::to_string(&[
+            steward_bin(),
+            "--data-dir",
+            scenario.env.data.to_str().unwrap(),
+            "--config",
+            &scenario.config,
+            "--script",
+            &scenario.script,
+            "acp",
+        ])
+        .unwrap();
+        let (session, call) = crash(&scenario.env, &argv, &scenario.work, on);
+        tally.fault(&format!("SIGKILL of steward acp {when}"));
+        let mut options = vec![
+            "--cwd",
+            &scenario.work,
+            "--session",
+            &session,
+            "--prompt",
+            "run it",
+        ];
+        if on == "tool" {
+            options.extend(["--tool-call-id", &call]);
+        } else {
+            options.extend(["--expect-tool", "no"]);
+        }
+        let output = client(&scenario.env, &argv, "crash-load", &options)
+            .output()
+            .unwrap();
+        for line in stdout(&output).lines() {
+            let value: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+            if let Some(check) = value["check"].as_str() {
+                tally.check(&format!("acp {when}: {check}"), value["ok"] == true, || {
+                    line.to_string()
+                });
+            }
+        }
+        tally.check(
+            &format!("acp {when}: the client finished"),
+            output.status.success(),
+            || stderr(&output),
+        );
+        scenario.check(&mut tally, &[("run it", true)]);
+    }
+    tally.finish("acp");
+}

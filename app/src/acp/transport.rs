@@ -194,13 +194,16 @@ pub async fn write_messages(
     Ok(())
 }
 
+/// The client's answer to one of our requests: its result, or its error object.
+type Answer = oneshot::Sender<Result<Value, Value>>;
+
 /// The sending side of the connection: responses, notifications, and the agent's
 /// own requests with their pending answers.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     out: mpsc::UnboundedSender<Value>,
     next_id: Arc<AtomicI64>,
-    pending: Arc<Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>>,
+    pending: Arc<Mutex<HashMap<i64, Answer>>>,
 }
 
 impl Outbox {

@@ -27,6 +27,7 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    /// A clock whose monotonic origin is now.
     pub fn new() -> Self {
         SystemClock {
             origin: Instant::now(),
@@ -69,6 +70,7 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock at `wall_ms` (ms since the epoch), its monotonic time at zero.
     pub fn new(wall_ms: i64) -> Self {
         ManualClock {
             wall_ms: AtomicI64::new(wall_ms),
@@ -81,6 +83,7 @@ impl ManualClock {
         Arc::new(ManualClock::new(wall_ms))
     }
 
+    /// Moves wall and monotonic time forward together.
     pub fn advance(&self, by: Duration) {
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.wall_ms.fetch_add(ms, Ordering::SeqCst);
@@ -88,6 +91,7 @@ impl ManualClock {
         self.monotonic_ns.fetch_add(ns, Ordering::SeqCst);
     }
 
+    /// [`ManualClock::advance`] by `ms` milliseconds.
     pub fn advance_ms(&self, ms: u64) {
         self.advance(Duration::from_millis(ms));
     }

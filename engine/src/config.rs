@@ -233,10 +233,12 @@ impl LeaseConfig {
     /// The longest: a day.
     pub const MAX_LEASE_MS: u64 = 86_400_000;
 
+    /// The lease as a duration.
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
 
+    /// The heartbeat interval: `heartbeat_ms`, else a third of the lease.
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms.unwrap_or(self.lease_ms / 3).max(1))
     }

@@ -45,6 +45,7 @@ impl Db {
         Db { jobs, path }
     }
 
+    /// The database file, when it is one (not in memory).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }

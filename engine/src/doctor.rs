@@ -30,6 +30,7 @@ pub struct DoctorReport {
     pub ok: bool,
 }
 
+/// A session whose stored rows differ from a replay of its log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReplayMismatch {
     pub session_id: String,

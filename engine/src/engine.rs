@@ -211,18 +211,22 @@ impl Engine {
         }
     }
 
+    /// This engine's owner id (`own_…`).
     pub fn owner_id(&self) -> &str {
         &self.owner.id
     }
 
+    /// The writer (one connection on its own thread).
     pub fn db(&self) -> &Db {
         &self.services.db
     }
 
+    /// The configuration the engine runs with.
     pub fn config(&self) -> &Config {
         &self.services.config
     }
 
+    /// The per-session single flight (internal machinery).
     pub fn coordinator(&self) -> &Coordinator {
         &self.coordinator
     }
@@ -284,6 +288,7 @@ impl Engine {
         }
     }
 
+    /// Runs the session now with `scope`, or rings its running execution.
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
         self.coordinator.wake(session_id, scope)
     }
@@ -400,6 +405,7 @@ impl Engine {
         self.coordinator.cancel(session_id)
     }
 
+    /// Waits until nothing runs for the session here; its last outcome.
     pub async fn wait_idle(&self, session_id: &str) -> Option<SessionOutcome> {
         self.coordinator.wait_idle(session_id).await
     }

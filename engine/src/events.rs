@@ -20,6 +20,7 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// The stored name: `queue` or `admit`.
     pub fn as_str(self) -> &'static str {
         match self {
             Delivery::Queue => "queue",
@@ -27,6 +28,7 @@ impl Delivery {
         }
     }
 
+    /// The delivery a stored name stands for.
     pub fn parse(s: &str) -> Option<Delivery> {
         match s {
             "queue" => Some(Delivery::Queue),

@@ -29,6 +29,7 @@ pub enum SessionState {
 }
 
 impl SessionState {
+    /// The word listings show: `idle`, `running`, `waiting`, `recovered`, `quarantined`.
     pub fn as_str(self) -> &'static str {
         match self {
             SessionState::Idle => "idle",
@@ -120,6 +121,7 @@ pub struct Snapshot {
     pub recoveries: Vec<RecoveryView>,
 }
 
+/// An owner, and whether its lock proves it alive (`None`: nothing is proven).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OwnerView {
     pub id: String,
@@ -129,6 +131,7 @@ pub struct OwnerView {
     pub time_started: i64,
 }
 
+/// A claim as the inspector shows it; values a damaged row may hold in any type stay JSON values.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClaimView {
     pub execution_id: String,
@@ -144,6 +147,7 @@ pub struct ClaimView {
     pub recovery_error: Option<String>,
 }
 
+/// A quarantined claim or recovery row, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuarantineView {
     pub kind: &'static str,
@@ -153,6 +157,7 @@ pub struct QuarantineView {
     pub time_created: Option<i64>,
 }
 
+/// A wake that waits: a recovery's continuation, or an admitted input whose wake never ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WakeView {
     pub kind: &'static str,
@@ -163,6 +168,7 @@ pub struct WakeView {
     pub time_created: i64,
 }
 
+/// A `session_recovery` row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecoveryView {
     pub execution_id: String,

@@ -34,6 +34,7 @@ pub enum MessageKind {
 }
 
 impl MessageKind {
+    /// The stored name of the type.
     pub fn as_str(self) -> &'static str {
         match self {
             MessageKind::User => "user",
@@ -42,6 +43,7 @@ impl MessageKind {
         }
     }
 
+    /// The type a stored name stands for.
     pub fn parse(s: &str) -> Option<MessageKind> {
         match s {
             "user" => Some(MessageKind::User),
@@ -61,6 +63,7 @@ pub enum MessageData {
 }
 
 impl MessageData {
+    /// The message's type.
     pub fn kind(&self) -> MessageKind {
         match self {
             MessageData::User(_) => MessageKind::User,
@@ -69,6 +72,7 @@ impl MessageData {
         }
     }
 
+    /// The JSON stored in `session_message.data`.
     pub fn to_json(&self) -> String {
         let value = match self {
             MessageData::User(d) => serde_json::to_string(d),
@@ -78,6 +82,7 @@ impl MessageData {
         value.expect("message data always serializes")
     }
 
+    /// Decodes stored JSON of a message of type `kind`.
     pub fn from_json(kind: MessageKind, json: &str) -> serde_json::Result<MessageData> {
         Ok(match kind {
             MessageKind::User => MessageData::User(serde_json::from_str(json)?),
@@ -86,6 +91,7 @@ impl MessageData {
         })
     }
 
+    /// The assistant's data, if it is one.
     pub fn as_assistant(&self) -> Option<&AssistantData> {
         match self {
             MessageData::Assistant(a) => Some(a),
@@ -93,6 +99,7 @@ impl MessageData {
         }
     }
 
+    /// The assistant's data, mutably, if it is one.
     pub fn as_assistant_mut(&mut self) -> Option<&mut AssistantData> {
         match self {
             MessageData::Assistant(a) => Some(a),
@@ -168,6 +175,7 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// The stored name: `stop`, `tool-calls`, `length`, `content-filter`, `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             Finish::Stop => "stop",
@@ -179,6 +187,7 @@ impl Finish {
     }
 }
 
+/// When an assistant message was created and completed (ms since the epoch).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageTime {
     pub created: i64,
@@ -194,6 +203,7 @@ pub struct MessageError {
     pub message: String,
 }
 
+/// Tokens a step used, as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
@@ -217,6 +227,7 @@ pub struct AssistantData {
 }
 
 impl AssistantData {
+    /// The tool part of call `call_id`, mutably.
     pub fn tool_mut(&mut self, call_id: &str) -> Option<&mut ToolPart> {
         self.parts.iter_mut().find_map(|p| match p {
             Part::Tool(t) if t.call_id == call_id => Some(t),
@@ -235,6 +246,7 @@ impl AssistantData {
             .collect()
     }
 
+    /// The tool parts, in order.
     pub fn tools(&self) -> impl Iterator<Item = &ToolPart> {
         self.parts.iter().filter_map(|p| match p {
             Part::Tool(t) => Some(t),
@@ -303,6 +315,7 @@ pub struct ToolPart {
     pub state: ToolState,
 }
 
+/// Where a tool call stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolStatus {
@@ -313,6 +326,7 @@ pub enum ToolStatus {
 }
 
 impl ToolStatus {
+    /// The stored name: `pending`, `running`, `completed`, `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolStatus::Pending => "pending",
@@ -328,6 +342,7 @@ impl ToolStatus {
     }
 }
 
+/// When a tool call ran (ms since the epoch).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolTime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,6 +384,7 @@ pub struct ToolState {
 }
 
 impl ToolState {
+    /// A call not yet started, with its input.
     pub fn pending(input: Value) -> ToolState {
         ToolState {
             status: ToolStatus::Pending,

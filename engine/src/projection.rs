@@ -55,6 +55,7 @@ pub struct InputRow {
 }
 
 impl InputRow {
+    /// Admitted and not yet promoted.
     pub fn is_pending(&self) -> bool {
         self.promoted_seq.is_none()
     }

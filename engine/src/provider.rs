@@ -93,6 +93,7 @@ pub struct ProviderError {
 }
 
 impl ProviderError {
+    /// A failure that trying again will not fix.
     pub fn fatal(message: impl Into<String>) -> ProviderError {
         ProviderError {
             retryable: false,
@@ -100,6 +101,7 @@ impl ProviderError {
         }
     }
 
+    /// A failure before any output (429, 5xx, a refused connection): the runner tries again.
     pub fn retryable(message: impl Into<String>) -> ProviderError {
         ProviderError {
             retryable: true,
@@ -157,7 +159,9 @@ impl StreamSender {
 
 /// A model behind a request/stream interface.
 pub trait Provider: Send + Sync + fmt::Debug {
+    /// The provider's name (`scripted`, `openai`), recorded on every assistant.
     fn name(&self) -> &str;
+    /// The model answering.
     fn model(&self) -> &str;
     /// Sends `request`. Called right after the dispatch boundary, with no other await
     /// in between; the request is under way when this returns.

@@ -167,6 +167,7 @@ impl fmt::Debug for Prepared {
 }
 
 impl Prepared {
+    /// A call ready to run: `run` starts it; its process (if any) is already gated.
     pub fn new(
         process: Option<ProcessIdentity>,
         run: impl FnOnce(StopSignals) -> BoxFuture<ToolOutput> + Send + 'static,
@@ -185,6 +186,7 @@ impl Prepared {
 
 /// One tool.
 pub trait Tool: Send + Sync + fmt::Debug {
+    /// The tool's name, description and JSON Schema for the provider.
     fn spec(&self) -> ToolSpec;
     /// What the call would touch (no side effect). Errors are the tool's failure
     /// message.
@@ -217,14 +219,17 @@ impl ToolRegistry {
         registry
     }
 
+    /// Adds (or replaces, by name) a tool.
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
     }
 
+    /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.tools.get(name).cloned()
     }
 
+    /// Every tool's spec, for the provider.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
     }
@@ -242,6 +247,7 @@ pub struct PermissionRequest {
     pub outside: Option<PathBuf>,
 }
 
+/// The answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allow,
@@ -250,6 +256,7 @@ pub enum Decision {
 
 /// Who answers permission requests: the TUI, an ACP client, or a headless policy.
 pub trait Permission: Send + Sync + fmt::Debug {
+    /// Answers `request`; may wait for the user.
     fn decide(&self, request: PermissionRequest) -> BoxFuture<Decision>;
 }
 

@@ -35,6 +35,7 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
+    /// The first `limit` rows.
     pub fn first(limit: usize) -> PageRequest {
         PageRequest {
             limit,

@@ -89,10 +89,12 @@ impl Reader {
         store::read(conn, |c| f(c, owners)).map(Some)
     }
 
+    /// The database file read.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// How many rows each table holds (all zero without a database).
     pub fn counts(&mut self) -> Result<Counts> {
         Ok(self.read(|c, _| pages::counts(c))?.unwrap_or_default())
     }
@@ -104,6 +106,7 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// One session, if it exists.
     pub fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>> {
         Ok(self.read(|c, _| rows::session(c, session_id))?.flatten())
     }
@@ -120,6 +123,7 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// A session's inputs that wait to be promoted, in admitted order.
     pub fn pending_inputs(&mut self, session_id: &str) -> Result<Vec<InputRow>> {
         Ok(self
             .read(|c, _| rows::pending_inputs(c, session_id))?
@@ -141,22 +145,26 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// Quarantined claims and recovery rows.
     pub fn quarantine(&mut self, page: &PageRequest) -> Result<Vec<QuarantineView>> {
         Ok(self
             .read(|c, _| pages::quarantine(c, page))?
             .unwrap_or_default())
     }
 
+    /// Pending wakes.
     pub fn wakes(&mut self, page: &PageRequest) -> Result<Vec<WakeView>> {
         Ok(self.read(|c, _| pages::wakes(c, page))?.unwrap_or_default())
     }
 
+    /// Recovery rows.
     pub fn recoveries(&mut self, page: &PageRequest) -> Result<Vec<RecoveryView>> {
         Ok(self
             .read(|c, _| pages::recoveries(c, page))?
             .unwrap_or_default())
     }
 
+    /// Owners with what the lock probe proves about each.
     pub fn owners(&mut self, page: &PageRequest) -> Result<Vec<(OwnerRow, Liveness)>> {
         Ok(self
             .read(|c, owners| pages::owners(c, owners, page))?

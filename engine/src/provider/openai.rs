@@ -50,6 +50,7 @@ fn scrub(text: &str, secret: Option<&str>) -> String {
 }
 
 impl OpenAiProvider {
+    /// A provider for `config`: the endpoint, the model, and the key from the variable `api_key_env` names.
     pub fn new(config: &ProviderConfig) -> Result<OpenAiProvider, String> {
         // One process-wide TLS crypto provider; a second install is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -46,6 +46,7 @@ pub struct Entry {
     pub error: Option<String>,
 }
 
+/// A tool call a script step makes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedToolCall {
@@ -59,6 +60,7 @@ fn empty_object() -> Value {
 }
 
 impl Script {
+    /// Parses a script's TOML.
     pub fn parse(text: &str) -> Result<Script, String> {
         let script: Script =
             toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))?;
@@ -68,12 +70,14 @@ impl Script {
         Ok(script)
     }
 
+    /// Reads and parses a script file.
     pub fn load(path: &Path) -> Result<Script, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
         Script::parse(&text).map_err(|e| format!("script {}: {e}", path.display()))
     }
 
+    /// The built-in demo script (`assets/demo.toml`).
     pub fn demo() -> Script {
         Script::parse(DEMO_SCRIPT).expect("the demo script parses")
     }
@@ -92,6 +96,7 @@ pub struct ScriptedProvider {
 }
 
 impl ScriptedProvider {
+    /// A provider answering from `script`, reporting `model`.
     pub fn new(script: Script, model: String) -> ScriptedProvider {
         ScriptedProvider { script, model }
     }

@@ -1,7 +1,7 @@
 //! The event log (protocol §3.1): append with the next per-session `seq` and apply the
 //! projection in the same transaction.
 //!
-//! [`append`] is crate-private: owner writes go through a fenced transaction
+//! `append` is crate-private: owner writes go through a fenced transaction
 //! (`claim::Fenced`), which records the owner, execution and epoch on each event.
 //! [`append_unowned`] serves what no execution owns: creating a session and
 //! admitting a user's input.

@@ -10,6 +10,7 @@ use crate::provider::ToolSpec;
 use crate::tools::process::{Exit, GatedProcess};
 use crate::tools::{BoxFuture, Prepared, Tool, ToolContext, ToolOutput, string_arg};
 
+/// `run_command`: a shell command in the session's directory.
 #[derive(Debug)]
 pub struct RunCommand;
 

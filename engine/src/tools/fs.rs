@@ -126,6 +126,7 @@ fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
     Ok((file, meta))
 }
 
+/// `read_file`: a regular file's text, up to the output limit.
 #[derive(Debug)]
 pub struct ReadFile;
 
@@ -176,6 +177,7 @@ fn read_capped(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
     })
 }
 
+/// `list_dir`: a directory's entries, sorted, up to the cap.
 #[derive(Debug)]
 pub struct ListDir;
 
@@ -247,6 +249,7 @@ fn list(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
     })
 }
 
+/// `write_file`: writes (or replaces) a regular file, creating its parents.
 #[derive(Debug)]
 pub struct WriteFile;
 

@@ -268,23 +268,21 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
 fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
     let t = &app.theme;
     let i = app.inspector.selected;
-    let value = match &app.inspector.rows {
-        Rows::Claims(r) => r
-            .get(i)
-            .map(|l| serde_json::to_value(l).unwrap_or_default()),
-        Rows::Quarantine(r) => r
-            .get(i)
-            .map(|q| serde_json::to_value(q).unwrap_or_default()),
-        Rows::Wakes(r) => r
-            .get(i)
-            .map(|w| serde_json::to_value(w).unwrap_or_default()),
-        Rows::Recoveries(r) => r
-            .get(i)
-            .map(|v| serde_json::to_value(v).unwrap_or_default()),
-        Rows::Owners(r) => r.get(i).map(|(o, l)| {
-            let mut v = serde_json::to_value(o).unwrap_or_default();
-            v["liveness"] = serde_json::to_value(l).unwrap_or_default();
-            v
+    // Serialized straight from the row (never through a JSON map), so the fields
+    // keep their declared order.
+    let text = match &app.inspector.rows {
+        Rows::Claims(r) => r.get(i).map(pretty),
+        Rows::Quarantine(r) => r.get(i).map(pretty),
+        Rows::Wakes(r) => r.get(i).map(pretty),
+        Rows::Recoveries(r) => r.get(i).map(pretty),
+        Rows::Owners(r) => r.get(i).map(|(owner, liveness)| {
+            #[derive(serde::Serialize)]
+            struct OwnerDetail<'a> {
+                #[serde(flatten)]
+                owner: &'a steward_engine::owner::OwnerRow,
+                liveness: &'a Liveness,
+            }
+            pretty(&OwnerDetail { owner, liveness })
         }),
     };
     let title = match app.inspector.rows.execution(i) {
@@ -296,14 +294,11 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
         .border_style(t.style(Role::Muted));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let mut lines: Vec<Line> = match value {
-        Some(v) => serde_json::to_string_pretty(&v)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| Line::from(l.to_string()))
-            .collect(),
-        None => Vec::new(),
-    };
+    let mut lines: Vec<Line> = text
+        .unwrap_or_default()
+        .lines()
+        .map(|l| Line::from(l.to_string()))
+        .collect();
     if app.mode == Mode::ReadOnly {
         lines.insert(
             0,
@@ -317,4 +312,8 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
         Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
         inner,
     );
+}
+
+fn pretty<T: serde::Serialize>(row: &T) -> String {
+    serde_json::to_string_pretty(row).unwrap_or_default()
 }

@@ -212,7 +212,7 @@ fn permission(
     request: &steward_engine::tools::PermissionRequest,
 ) {
     let t = &app.theme;
-    let input = serde_json::to_string_pretty(&request.input).unwrap_or_default();
+    let input = sorted_pretty(&request.input);
     let mut text = vec![Line::from(vec![
         Span::raw("The agent wants to run "),
         Span::styled(request.tool.clone(), t.style(Role::Accent)),
@@ -244,4 +244,28 @@ fn permission(
         )),
         cell,
     );
+}
+
+/// `value` pretty-printed with object keys sorted, whatever order the JSON map keeps
+/// (it depends on the build's serde_json features): the same input always reads the
+/// same.
+fn sorted_pretty(value: &serde_json::Value) -> String {
+    fn sort(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let sorted: std::collections::BTreeMap<&String, serde_json::Value> =
+                    map.iter().map(|(k, v)| (k, sort(v))).collect();
+                let mut out = serde_json::Map::new();
+                for (k, v) in sorted {
+                    out.insert(k.clone(), v);
+                }
+                serde_json::Value::Object(out)
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(sort).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string_pretty(&sort(value)).unwrap_or_default()
 }

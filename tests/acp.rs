@@ -189,6 +189,42 @@ pub fn crash_mid_tool(env: &Env, argv: &str, work: &str) -> (String, String) {
 /// Starts a turn and SIGKILLs the agent once `on` happened: `text` streamed, or a
 /// `tool` running. Returns the session and the running tool call (if any).
 fn crash(env: &Env, argv: &str, work: &str, on: &str) -> (String, String) {
+    let running = start_turn(env, argv, work, on);
+    let ids = (running.session.clone(), running.tool_call.clone());
+    running.kill();
+    ids
+}
+
+/// A turn of another `steward acp`, running.
+struct Running {
+    client: std::process::Child,
+    pid: u32,
+    session: String,
+    tool_call: String,
+}
+
+impl Running {
+    /// SIGKILLs the agent and returns once it is gone.
+    fn kill(mut self) {
+        signal(self.pid, "KILL");
+        let _ = self.client.kill();
+        let _ = self.client.wait();
+        let pid = self.pid;
+        assert!(
+            crate::support::eventually(Duration::from_secs(10), || {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.split_whitespace().nth(2) == Some("Z"))
+                    .unwrap_or(true)
+            }),
+            "the agent did not die"
+        );
+        // The killed agent's tool group dies with it (PR_SET_PDEATHSIG).
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Starts a turn through `crash-start` and returns once `on` happened.
+fn start_turn(env: &Env, argv: &str, work: &str, on: &str) -> Running {
     ensure_sdk();
     let mut child = client(
         env,
@@ -212,19 +248,143 @@ fn crash(env: &Env, argv: &str, work: &str, on: &str) -> (String, String) {
             break value;
         }
     };
-    let pid = ready["pid"].as_u64().unwrap() as u32;
-    signal(pid, "KILL");
-    let _ = child.kill();
-    let _ = child.wait();
-    // The killed agent's tool group dies with it (PR_SET_PDEATHSIG).
-    std::thread::sleep(Duration::from_millis(200));
-    (
-        ready["session_id"].as_str().unwrap().to_string(),
-        ready["tool_call_id"]
+    // Its output is no longer read; a full pipe must not block it.
+    std::thread::spawn(move || for _ in lines {});
+    Running {
+        client: child,
+        pid: ready["pid"].as_u64().unwrap() as u32,
+        session: ready["session_id"].as_str().unwrap().to_string(),
+        tool_call: ready["tool_call_id"]
             .as_str()
             .unwrap_or_default()
             .to_string(),
-    )
+    }
+}
+
+/// A `steward acp` driven line by line from the test, as an editor would.
+struct Driver {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Value>,
+    /// Every message received that was not a response, in order.
+    seen: Vec<Value>,
+    next_id: i64,
+}
+
+impl Driver {
+    fn spawn(env: &Env, argv: &str) -> Driver {
+        let argv: Vec<String> = serde_json::from_str(argv).unwrap();
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("HOME", &env.home)
+            .env_remove("STEWARD_DATA_DIR")
+            .env_remove("STEWARD_CONFIG")
+            .env_remove("FAILPOINTS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { return };
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| panic!("stdout carried a line that is not JSON: {line}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Driver {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its response (`result` or `error`), keeping
+    /// everything that arrived before it.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        loop {
+            let message = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
+            if message["id"] == id && message.get("method").is_none() {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+
+    /// Waits for a message matching `wanted` (kept with the others); false when
+    /// none came within `limit`.
+    fn wait_for(&mut self, limit: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
+        if self.seen.iter().any(&wanted) {
+            return true;
+        }
+        let deadline = std::time::Instant::now() + limit;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(message) => {
+                    let found = wanted(&message);
+                    self.seen.push(message);
+                    if found {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Takes what arrived without waiting.
+    fn drain(&mut self) {
+        while let Ok(message) = self.lines.try_recv() {
+            self.seen.push(message);
+        }
+    }
+
+    /// The updates received for `session`.
+    fn updates(&self, session: &str) -> Vec<&Value> {
+        self.seen
+            .iter()
+            .filter(|m| m["method"] == "session/update" && m["params"]["sessionId"] == session)
+            .map(|m| &m["params"]["update"])
+            .collect()
+    }
+
+    /// Closes stdin and waits for the agent to exit.
+    fn close(mut self) -> std::process::ExitStatus {
+        self.stdin = None;
+        self.child.wait().unwrap()
+    }
+}
+
+fn agent_text(updates: &[&Value]) -> String {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect()
 }
 
 #[test]
@@ -247,10 +407,116 @@ fn acp_after_sigkill_mid_tool_session_load_replays_the_recovery_and_a_new_prompt
             &call,
             "--prompt",
             "run it",
+            "--expect-continuation",
+            "Carried on after the restart.",
         ],
     );
     let effects = std::fs::read_to_string(env.root.path().join("effects.txt")).unwrap();
     assert_eq!(effects, "ran\n", "the tool ran again");
+}
+
+#[test]
+fn acp_a_crash_elsewhere_is_reconciled_for_the_opened_sessions_and_the_others_are_left_alone() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "crash.toml", CRASH);
+    let config = env.root.path().join("lease.toml");
+    // Short leases: the background probe of other owners runs every 500 ms.
+    std::fs::write(&config, "[lease]\nlease_ms = 2000\nheartbeat_ms = 500\n").unwrap();
+    let argv = argv(&env, &script, Some(&config));
+    let mut editor = Driver::spawn(&env, &argv);
+    let init = editor.request("initialize", serde_json::json!({"protocolVersion": 1}));
+    assert!(init.get("result").is_some(), "{init}");
+
+    // 1. The editor has a session open that another process runs; that process
+    //    is killed mid-tool, and the editor prompts at once: the dead owner's
+    //    claim is reconciled then and there, not reported as a live owner's.
+    let other = start_turn(&env, &argv, &work, "tool");
+    let (opened, call) = (other.session.clone(), other.tool_call.clone());
+    let loaded = editor.request(
+        "session/load",
+        serde_json::json!({"sessionId": opened, "cwd": work, "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    other.kill();
+    let answer = editor.request(
+        "session/prompt",
+        serde_json::json!({"sessionId": opened, "prompt": [{"type": "text", "text": "still there?"}]}),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    editor.drain();
+    let updates = editor.updates(&opened);
+    assert!(
+        updates.iter().any(|u| u["toolCallId"] == call.as_str()
+            && u["status"] == "failed"
+            && u.to_string()
+                .contains("Tool execution outcome unknown after server restart")),
+        "the editor was not told the tool's outcome is unknown: {updates:#?}"
+    );
+    assert!(
+        agent_text(&updates).contains("Carried on after the restart."),
+        "{updates:#?}"
+    );
+
+    // 2. A session the editor never opened is crashed the same way: it is
+    //    reconciled in the background, but not run, and nothing about it is sent.
+    let hidden = start_turn(&env, &argv, &work, "tool");
+    let unopened = hidden.session.clone();
+    hidden.kill();
+    let wake_waits = || {
+        let output = env.run(&["inspect", "--json"]);
+        let inspected: Value = serde_json::from_str(&stdout(&output)).unwrap();
+        inspected["wakes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["session_id"] == unopened.as_str())
+    };
+    assert!(
+        crate::support::eventually(Duration::from_secs(15), wake_waits),
+        "the background never reconciled the crashed session"
+    );
+    // Several probe intervals later, it still waits, untouched.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(wake_waits(), "a session the editor never opened was run");
+    editor.drain();
+    assert!(
+        !editor
+            .seen
+            .iter()
+            .any(|m| m.to_string().contains(unopened.as_str())),
+        "the editor was sent something about a session it never opened"
+    );
+
+    // 3. Once the editor loads it, it sees the restart text, and what the agent
+    //    does next streams to it.
+    let loaded = editor.request(
+        "session/load",
+        serde_json::json!({"sessionId": unopened, "cwd": work, "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed = agent_text(&editor.updates(&unopened));
+    assert!(
+        replayed.contains("Session execution interrupted by server restart"),
+        "{replayed}"
+    );
+    let continued = editor.wait_for(Duration::from_secs(30), |m| {
+        m["params"]["sessionId"] == unopened.as_str()
+            && m["params"]["update"]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("Carried on after the restart."))
+    });
+    assert!(
+        continued,
+        "the continuation did not stream: {:#?}",
+        editor.updates(&unopened)
+    );
+    assert!(editor.close().success());
+
+    let effects = std::fs::read_to_string(env.root.path().join("effects.txt")).unwrap();
+    assert_eq!(effects, "ran\nran\n", "a tool ran again");
+    let doctor = env.run(&["doctor"]);
+    assert!(doctor.status.success(), "{}", stdout(&doctor));
 }
 
 #[test]

@@ -1,13 +1,16 @@
 //! `steward acp`: an Agent Client Protocol (v1) agent on stdin/stdout for editors
-//! and desktop shells. Recovery runs at start, then every due wake runs in the
-//! background, as in the terminal interface. Requests are handled concurrently, so
-//! `session/cancel` is served while a prompt runs. Stdout carries protocol messages
-//! only; logs go to the log file. On stdin EOF it shuts down: running turns stop,
-//! and are reconciled so that no claim is left behind.
+//! and desktop shells. Recovery runs at start and in the background; the due wakes
+//! of the sessions the client opened run as they come due (a session it has not
+//! opened keeps its wake for whoever opens it, and is never run behind its back).
+//! Requests are handled concurrently, so `session/cancel` is served while a prompt
+//! runs. Stdout carries protocol messages only; logs go to the log file. On stdin
+//! EOF it shuts down: running turns stop, and are reconciled so that no claim is
+//! left behind.
 
 mod agent;
 mod transport;
 mod updates;
+mod views;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,24 +23,37 @@ use tokio::sync::mpsc;
 use crate::context::{Context, runtime};
 use agent::{Agent, ClientPermission};
 use transport::{Incoming, Outbox};
+use views::Views;
 
 pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         let (out, outgoing) = mpsc::unbounded_channel();
         let writer = tokio::spawn(transport::write_messages(tokio::io::stdout(), outgoing));
         let outbox = Outbox::new(out);
-        let engine = ctx
-            .start_engine(store, Arc::new(ClientPermission::new(outbox.clone())))
-            .await?;
+        let (views, forwarding) = Views::new(outbox.clone());
+        let permission = ClientPermission {
+            outbox: outbox.clone(),
+            views: views.clone(),
+        };
+        let engine = ctx.start_engine(store, Arc::new(permission)).await?;
+        let forwarder = tokio::spawn(views::forward(
+            views.clone(),
+            engine.db().clone(),
+            engine.subscribe(),
+            forwarding,
+        ));
         let report = engine.recover().await?;
         if !report.recovered.is_empty() {
             tracing::info!(recovered = report.recovered.len(), "reconciled at start");
         }
-        engine.redrive_wakes().await?;
-        engine.start_background(Redriving::DueWakes);
+        let opened = views.clone();
+        engine.start_background(Redriving::Sessions(Arc::new(move |session: &str| {
+            opened.is_open(session)
+        })));
         let agent = Arc::new(Agent {
             engine,
             outbox: outbox.clone(),
+            views,
             database: ctx.paths.database.clone(),
             owners: ctx.paths.owners.clone(),
         });
@@ -49,13 +65,17 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
         let mut requests = tokio::task::JoinSet::new();
         while let Some(message) = messages.recv().await {
             match message {
-                Incoming::Request { id, method, params } => {
-                    let agent = agent.clone();
-                    requests.spawn(async move {
-                        let result = agent.handle(&method, params).await;
-                        agent::answer(&agent.outbox, id, result);
-                    });
-                }
+                Incoming::Request { id, method, params } => match agent.accept(&method, params) {
+                    Ok(accepted) => {
+                        let agent = agent.clone();
+                        requests.spawn(async move {
+                            let (result, then) = agent.handle(accepted).await;
+                            agent::answer(&agent.outbox, id, result);
+                            agent.follow_up(then).await;
+                        });
+                    }
+                    Err(failure) => agent::answer(&outbox, id, Err(failure)),
+                },
                 Incoming::Notification { method, params } => agent.notify(&method, params),
                 Incoming::Response { id, outcome } => {
                     if !outbox.answer(&id, outcome) {
@@ -68,14 +88,16 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
         if let Ok(Err(e)) = reader.await {
             tracing::warn!(error = %e, "reading stdin failed");
         }
-        // The client is gone: questions it will never answer deny, running turns
-        // stop and are reconciled, and the requests waiting on them finish.
-        outbox.close_pending();
+        // The client is gone: running turns stop without writing (a question it
+        // will never answer is dropped with them, not denied) and are reconciled;
+        // then the requests waiting on them finish.
         let stopped = agent.engine.shutdown().await?;
         if !stopped.is_empty() {
             tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
         }
+        outbox.close_pending();
         while requests.join_next().await.is_some() {}
+        forwarder.abort();
         drop(agent);
         drop(outbox);
         let _ = writer.await;

@@ -53,6 +53,9 @@ pub enum SessionOutcome {
 pub trait ExpiredClaims: Send + Sync + std::fmt::Debug {
     /// Recovers `claim` now if it can; returns when it is done (or cannot be).
     fn recover(self: Arc<Self>, claim: ClaimRow) -> crate::tools::BoxFuture<()>;
+    /// Recovers the claims of `owner_id` now when its lock proves it dead (a live
+    /// claim of a dead process, protocol §5.2); true when it did.
+    fn recover_if_dead(self: Arc<Self>, owner_id: String) -> crate::tools::BoxFuture<bool>;
 }
 
 #[derive(Debug)]
@@ -343,6 +346,12 @@ async fn run_once(
                 // that expired meanwhile must be seen as expired (protocol §4.3).
                 let acquired_at = clock.monotonic();
                 let now = clock.now_ms();
+                if rows::session(tx, &session)?.is_none() {
+                    return Err(Error::NotFound {
+                        kind: "session",
+                        id: session,
+                    });
+                }
                 let acquired = claim::acquire(tx, &session, &owner, now, lease_ms)?;
                 let mut admitted = None;
                 if let Acquire::Acquired(_) = &acquired {
@@ -366,6 +375,14 @@ async fn run_once(
                 break (claim, acquired_at);
             }
             Ok((Acquire::Busy(row), ..)) => {
+                // Busy until the lease runs out, unless its owner is provably dead:
+                // then its claims are reconciled now and the acquisition tried again.
+                if !recovered_once && let Some(handler) = expired_handler(inner) {
+                    recovered_once = true;
+                    if handler.recover_if_dead(row.owner_id.clone()).await {
+                        continue;
+                    }
+                }
                 let owner_id = row.owner_id.clone();
                 return refuse(admission, SessionOutcome::Busy { owner_id }, || {
                     busy_error(services, session_id, &row)
@@ -384,29 +401,22 @@ async fn run_once(
                 };
                 return refuse(admission, outcome, || error);
             }
-            Ok((Acquire::Expired(row), ..)) => {
-                let handler = inner
-                    .expired
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                match handler {
-                    Some(handler) if !recovered_once => {
-                        recovered_once = true;
-                        handler.recover(row).await;
-                    }
-                    _ => {
-                        let error = Error::Invalid(format!(
-                            "session {session_id}: execution {} waits for recovery",
-                            row.id
-                        ));
-                        let outcome = SessionOutcome::AwaitingRecovery {
-                            execution_id: row.id,
-                        };
-                        return refuse(admission, outcome, || error);
-                    }
+            Ok((Acquire::Expired(row), ..)) => match expired_handler(inner) {
+                Some(handler) if !recovered_once => {
+                    recovered_once = true;
+                    handler.recover(row).await;
                 }
-            }
+                _ => {
+                    let error = Error::Invalid(format!(
+                        "session {session_id}: execution {} waits for recovery",
+                        row.id
+                    ));
+                    let outcome = SessionOutcome::AwaitingRecovery {
+                        execution_id: row.id,
+                    };
+                    return refuse(admission, outcome, || error);
+                }
+            },
             Err(e) => {
                 let outcome = SessionOutcome::Error(e.to_string());
                 return refuse(admission, outcome, || e);
@@ -458,6 +468,14 @@ async fn run_once(
         return SessionOutcome::Stopped;
     }
     SessionOutcome::Ran(outcome)
+}
+
+fn expired_handler(inner: &Inner) -> Option<Arc<dyn ExpiredClaims>> {
+    inner
+        .expired
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 /// Answers an admission that did not happen (nothing was written), and returns the

@@ -30,6 +30,7 @@ impl Db {
     }
 
     /// Starts the writer thread over an open store.
+    #[doc(hidden)]
     pub fn start(store: Store) -> Db {
         let path = store.path().map(Path::to_path_buf);
         let (jobs, receiver) = mpsc::channel::<Job>();
@@ -50,7 +51,9 @@ impl Db {
         self.path.as_deref()
     }
 
-    /// Runs `f` on the writer's connection and returns its result.
+    /// Runs `f` on the writer's connection and returns its result (internal: writes
+    /// made here are not fenced).
+    #[doc(hidden)]
     pub async fn with_conn<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<R> + Send + 'static,
@@ -66,7 +69,9 @@ impl Db {
             .map_err(|_| Error::Invalid("the database writer dropped a job".into()))?
     }
 
-    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) on the writer thread.
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) on the writer thread
+    /// (internal: writes made here are not fenced; the engine's methods are).
+    #[doc(hidden)]
     pub async fn write<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<R> + Send + 'static,
@@ -74,7 +79,9 @@ impl Db {
         self.with_conn(move |conn| store::write(conn, f)).await
     }
 
-    /// Runs `f` in one read transaction on the writer thread (a consistent snapshot).
+    /// Runs `f` in one read transaction on the writer thread: a consistent snapshot,
+    /// between two writes. The connection is read-only for its duration
+    /// (`PRAGMA query_only`), so a statement that would write fails.
     pub async fn read<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,

@@ -1,6 +1,6 @@
 //! `steward doctor`: is the file sound, which schema is it on, do the projection
-//! tables equal a replay of the event log (protocol §3.1), and does every invariant of
-//! [`crate::invariants`] hold?
+//! tables equal a replay of the event log (protocol §3.1), and does every invariant
+//! (protocol §6) hold?
 
 pub mod diagnosis;
 

@@ -33,7 +33,7 @@ use crate::runner::{EngineEvent, RunnerStats, Services};
 use crate::store::sessions::{self, Scope};
 use crate::tools::{Permission, ToolRegistry};
 
-pub use background::Redriving;
+pub use background::{Redriving, SessionFilter};
 
 /// What [`Engine::redrive_wakes`] started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,6 +101,10 @@ impl Recoverer {
                     Ok(pass)
                 })
                 .await?;
+            // Committed: listeners (a client showing the session) hear of it.
+            for record in pass.take_committed() {
+                let _ = self.services.events.send(EngineEvent::Committed(record));
+            }
         }
         let report = db.with_conn(move |conn| pass.finish(conn)).await?;
         if report.scanned > 0 {
@@ -124,6 +128,35 @@ impl ExpiredClaims for Recoverer {
         Box::pin(async move {
             if let Err(e) = self.pass().await {
                 tracing::error!(error = %e, "recovery pass failed");
+            }
+        })
+    }
+
+    fn recover_if_dead(self: Arc<Self>, owner_id: String) -> BoxFuture<bool> {
+        Box::pin(async move {
+            let owners = self.params.owners.clone();
+            let dead = self
+                .services
+                .db
+                .read(move |conn| {
+                    Ok(crate::owner::get(conn, &owner_id)?.is_some_and(|owner| {
+                        crate::owner::probe(&owners, &owner) == crate::owner::Liveness::Dead
+                    }))
+                })
+                .await;
+            match dead {
+                Ok(true) => match self.pass().await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::error!(error = %e, "recovery pass failed");
+                        false
+                    }
+                },
+                Ok(false) => false,
+                Err(e) => {
+                    tracing::error!(error = %e, "probing a claim's owner failed");
+                    false
+                }
             }
         })
     }
@@ -193,17 +226,44 @@ impl Engine {
             &self.services.db,
             &self.coordinator,
             self.services.config.recovery.auto_continue,
+            None,
         )
         .await
+    }
+
+    /// [`Engine::redrive_wakes`] for one session: what a front end calls when its
+    /// user opens a session that has a wake waiting.
+    pub async fn redrive_wakes_of(&self, session_id: &str) -> Result<Redrive> {
+        let session = session_id.to_string();
+        let only: SessionFilter = Arc::new(move |s: &str| s == session);
+        background::redrive(
+            &self.services.db,
+            &self.coordinator,
+            self.services.config.recovery.auto_continue,
+            Some(&only),
+        )
+        .await
+    }
+
+    /// A recovery pass now if it has anything to take: a claim it may take has
+    /// expired, or another owner is provably dead (its lock is free). What a front
+    /// end calls before showing a session, so a crash elsewhere is reconciled first.
+    pub async fn recover_if_due(&self) -> Result<Option<RecoveryReport>> {
+        if background::Due::of(self).now().await? {
+            Ok(Some(self.recoverer.pass().await?))
+        } else {
+            Ok(None)
+        }
     }
 
     /// Keeps recovery running on a timer while this engine lives (protocol §5.1): a pass
     /// whenever the earliest claim recovery may take expires, at each heartbeat
     /// interval while other owners hold claims (the owner-death probe), and when the
     /// data-directory doorbell rings. With [`Redriving::DueWakes`] it also starts the
-    /// wakes that are due after each pass (the long-lived TUI and ACP); with
-    /// [`Redriving::Nothing`] it only reconciles, leaving every wake for an entry
-    /// point that runs it (`run`, `wake`, `recover`).
+    /// wakes that are due after each pass (the terminal interface), with
+    /// [`Redriving::Sessions`] those of the sessions its filter accepts (ACP: what
+    /// the client opened); with [`Redriving::Nothing`] it only reconciles, leaving
+    /// every wake for an entry point that runs it (`run`, `wake`, `recover`).
     pub fn start_background(&self, redriving: Redriving) {
         let mut slot = self.background.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
@@ -227,6 +287,7 @@ impl Engine {
     }
 
     /// The per-session single flight (internal machinery).
+    #[doc(hidden)]
     pub fn coordinator(&self) -> &Coordinator {
         &self.coordinator
     }
@@ -289,6 +350,7 @@ impl Engine {
     }
 
     /// Runs the session now with `scope`, or rings its running execution.
+    #[doc(hidden)]
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
         self.coordinator.wake(session_id, scope)
     }
@@ -411,6 +473,7 @@ impl Engine {
     }
 
     /// Counters of the runner (text deltas and their commits).
+    #[doc(hidden)]
     pub fn runner_stats(&self) -> RunnerStats {
         self.services
             .stats

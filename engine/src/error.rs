@@ -21,7 +21,7 @@ pub enum Error {
         owner_detail: String,
     },
 
-    /// Returned by [`crate::store::Store::open`] when the file must not be touched
+    /// Returned when opening a database file that must not be touched
     /// (protocol §2.3). The file is left byte-for-byte as it was. Not retryable.
     #[error("refusing to open {}: {reason}", path.display())]
     DatabaseRefused { path: PathBuf, reason: String },

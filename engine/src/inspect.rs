@@ -52,6 +52,7 @@ pub struct SessionSummary {
 }
 
 /// Every claim, decoded without trusting it.
+#[doc(hidden)]
 pub fn claims(conn: &Connection) -> Result<Vec<ClaimRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {CLAIM_COLUMNS} FROM session_execution ORDER BY time_created, id"
@@ -194,6 +195,7 @@ fn json_value(v: &rusqlite::types::Value) -> serde_json::Value {
 
 /// The inspector's snapshot at `now_ms`; owner liveness is probed through the lock
 /// files under `lock_files`.
+#[doc(hidden)]
 pub fn snapshot(conn: &Connection, lock_files: &Owners, now_ms: i64) -> Result<Snapshot> {
     let owners = owner::all(conn)?
         .into_iter()
@@ -278,6 +280,7 @@ pub fn snapshot(conn: &Connection, lock_files: &Owners, now_ms: i64) -> Result<S
 }
 
 /// A claim as the inspector shows it at `now_ms`.
+#[doc(hidden)]
 pub fn claim_view(c: &ClaimRow, now_ms: i64) -> ClaimView {
     ClaimView {
         execution_id: c.id.clone(),

@@ -1,4 +1,4 @@
-//! The inspector's actions on what recovery left for the user (protocol §5.2, §5.8, §5.9):
+//! The inspector's actions on what recovery left for the user (protocol §5.11):
 //! wake a pending or parked recovery wake, retry a quarantined claim, discard either.
 //! Each action is recorded as an `inspector.action` event in the session's log.
 

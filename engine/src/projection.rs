@@ -137,6 +137,7 @@ impl Projection {
 }
 
 /// Applies one event. Pure: the result depends only on `p` and `e`.
+#[doc(hidden)]
 pub fn apply(p: &mut Projection, e: &EventRecord) -> Result<(), ProjectionError> {
     let fail = |reason: String| ProjectionError {
         kind: e.event.kind(),

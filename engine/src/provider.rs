@@ -7,6 +7,7 @@
 //! retryable failure before any output goes back to the runner, which passes the
 //! fence again before sending anew.
 
+#[doc(hidden)]
 pub mod context;
 pub mod openai;
 pub mod scripted;

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::claim::{self, CLAIM_COLUMNS, Claim, ClaimRow, Fenced, claim_row};
 use crate::error::{Error, Result};
-use crate::events::{Delivery, Event};
+use crate::events::{Delivery, Event, EventRecord};
 use crate::ids;
 use crate::message::{CONTINUATION_TEXT, MessageData, MessageKind, ToolStatus};
 use crate::owner::{self, Liveness, OwnerRow, Owners};
@@ -176,12 +176,13 @@ fn scan(tx: &Transaction<'_>, p: &Params, now_ms: i64, cursor: &Cursor) -> Resul
 /// with a savepoint per row, so that the failing row rolls back alone and is
 /// quarantined while every other row is recovered. Savepoints copy each page a row
 /// touches, so paying for them only when a row fails keeps a pass fast.
-pub fn recover_batch(
+fn recover_batch(
     conn: &mut Connection,
     p: &Params,
     now: Now<'_>,
     cursor: &mut Cursor,
     report: &mut RecoveryReport,
+    committed: &mut Vec<EventRecord>,
 ) -> Result<()> {
     // Processes stopped in a rolled-back attempt stay stopped: remember them, so the
     // attempt that commits still reports them.
@@ -194,7 +195,7 @@ pub fn recover_batch(
     report.scanned += batch.len();
     report.batches += 1;
     for (row, outcome) in batch.iter().zip(outcomes) {
-        outcome.record(row, report);
+        outcome.record(row, report, committed);
     }
     cursor.done = batch.len() < BATCH;
     if let Some(last) = batch.last() {
@@ -270,6 +271,8 @@ pub struct Pass {
     dead: Vec<OwnerRow>,
     cursor: Cursor,
     report: RecoveryReport,
+    /// Events the committed batches appended, not yet taken.
+    committed: Vec<EventRecord>,
 }
 
 impl Pass {
@@ -289,6 +292,7 @@ impl Pass {
             dead,
             cursor: Cursor::default(),
             report,
+            committed: Vec::new(),
         })
     }
 
@@ -299,11 +303,23 @@ impl Pass {
     /// Recovers the next batch (one write transaction) as of `now()`, read once the
     /// transaction holds the write lock.
     pub fn next_batch(&mut self, conn: &mut Connection, now: Now<'_>) -> Result<()> {
-        recover_batch(conn, &self.params, now, &mut self.cursor, &mut self.report)?;
+        recover_batch(
+            conn,
+            &self.params,
+            now,
+            &mut self.cursor,
+            &mut self.report,
+            &mut self.committed,
+        )?;
         if !self.cursor.done {
             crate::failpoint!("recovery.between_batches");
         }
         Ok(())
+    }
+
+    /// The events the batches committed so far appended (for listeners), once.
+    pub fn take_committed(&mut self) -> Vec<EventRecord> {
+        std::mem::take(&mut self.committed)
     }
 
     /// Forgets the dead owners that hold nothing any more; returns the report.
@@ -335,11 +351,11 @@ enum RowOutcome {
     DiscardedSafe,
     DiscardedEmpty,
     Superseded,
-    Recovered(Recovered),
+    Recovered(Recovered, Vec<EventRecord>),
 }
 
 impl RowOutcome {
-    fn record(self, row: &ClaimRow, report: &mut RecoveryReport) {
+    fn record(self, row: &ClaimRow, report: &mut RecoveryReport, committed: &mut Vec<EventRecord>) {
         match self {
             RowOutcome::Skipped => report.skipped_live += 1,
             RowOutcome::Quarantined(reason, stopped) => report.quarantined.push(QuarantinedRow {
@@ -351,7 +367,10 @@ impl RowOutcome {
             RowOutcome::DiscardedSafe => report.discarded_safe += 1,
             RowOutcome::DiscardedEmpty => report.discarded_empty += 1,
             RowOutcome::Superseded => report.superseded += 1,
-            RowOutcome::Recovered(r) => report.recovered.push(r),
+            RowOutcome::Recovered(r, events) => {
+                report.recovered.push(r);
+                committed.extend(events);
+            }
         }
     }
 }
@@ -422,7 +441,7 @@ fn recover_row(
             let mut read = crate::projection::Projection::default();
             read.session = Some(*session);
             reconcile(tx, &claim, phase, assistant, read, stopped, now_ms)
-                .map(RowOutcome::Recovered)
+                .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
         }
     }
 }
@@ -528,7 +547,7 @@ fn reconcile(
     mut preloaded: crate::projection::Projection,
     stopped: Vec<StoppedProcess>,
     now_ms: i64,
-) -> Result<Recovered> {
+) -> Result<(Recovered, Vec<EventRecord>)> {
     let execution_id = claim.execution_id.clone();
     let continuation = ids::continuation_input(&execution_id);
     let parked = consecutive_recoveries(tx, &claim.session_id)? + 1 >= CRASH_LOOP_LIMIT;
@@ -537,7 +556,7 @@ fn reconcile(
         preloaded.messages.insert(a.id.clone(), *a);
     }
     let mut f = Fenced::after_takeover(tx, claim, now_ms, phase);
-    f.append_all_onto(
+    let events = f.append_all_onto(
         vec![
             Event::StepRecovered {
                 execution_id: execution_id.clone(),
@@ -571,14 +590,15 @@ fn reconcile(
         now_ms
     ])?;
     claim::delete_exact(tx, claim)?;
-    Ok(Recovered {
+    let recovered = Recovered {
         execution_id,
         session_id: claim.session_id.clone(),
         phase,
         assistant_message_id: assistant_id,
         stopped_processes: stopped,
         parked,
-    })
+    };
+    Ok((recovered, events))
 }
 
 /// Whether `owner_id` is provably alive: on this host, holding its lock.

@@ -107,11 +107,14 @@ pub fn write<R>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Resul
 
 /// Runs `f` in one read transaction: a consistent snapshot.
 pub fn read<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
-    conn.execute_batch("BEGIN DEFERRED")?;
+    // A read cannot write: nothing outside the fenced paths changes the file.
+    conn.execute_batch("PRAGMA query_only = ON; BEGIN DEFERRED")?;
     let out = f(conn);
     let end = conn.execute_batch("COMMIT");
+    let reset = conn.execute_batch("PRAGMA query_only = OFF");
     let out = out?;
     end?;
+    reset?;
     Ok(out)
 }
 

@@ -10,6 +10,7 @@
 
 pub mod command;
 pub mod fs;
+#[doc(hidden)]
 pub mod process;
 
 use std::collections::BTreeMap;

@@ -23,6 +23,8 @@
 //   --expect-text TEXT   crash-load: assistant text that must be replayed (optional)
 //   --ready-on WHAT      crash-start: "tool" (a tool is in_progress, the default) or
 //                        "text" (the first agent_message_chunk: mid-stream)
+//   --expect-continuation TEXT  crash-load: assistant text the continuation streams
+//                        after session/load answered (optional)
 //   --expect-tool YES    crash-load: "yes" (a tool failed by recovery, the default)
 //                        or "no" (the crash came before any tool call)
 //   --timeout-ms N       fail the scenario after N ms (default 60000)
@@ -786,6 +788,20 @@ async function scenarioCrashLoad(opts, report) {
       { firstUser, firstTool },
     );
 
+    if (opts.expectContinuation) {
+      // What the agent does after the restart streams to the client that loaded it.
+      const loadedAt = wire.lastResponseSeq(acp.methods.agent.session.load);
+      const streamed = await wire.waitForUpdate(
+        (u) =>
+          u.sessionId === sessionId &&
+          u.seq > loadedAt &&
+          u.update.sessionUpdate === "agent_message_chunk" &&
+          chunkText([u], "agent_message_chunk").includes(opts.expectContinuation),
+        `the continuation's text ${JSON.stringify(opts.expectContinuation)}`,
+      );
+      report.check("load.continuation_streamed_after_load", Boolean(streamed), streamed?.update);
+    }
+
     const again = await prompt(ctx, sessionId, "are you still there?");
     report.check("load.prompt_after_load_end_turn", again.stopReason === "end_turn", again);
   });
@@ -852,6 +868,7 @@ function parseArgs(argv) {
     "--expect-text": "expectText",
     "--ready-on": "readyOn",
     "--expect-tool": "expectTool",
+    "--expect-continuation": "expectContinuation",
     "--timeout-ms": "timeoutMs",
   };
   for (let i = 0; i < rest.length; i += 2) {

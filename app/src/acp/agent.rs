@@ -2,9 +2,8 @@
 //! `session/list`, `session/prompt`, `session/cancel`, and the permission questions
 //! the engine asks through `session/request_permission`.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
@@ -13,23 +12,20 @@ use agent_client_protocol_schema::v1::{
     LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
     PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SessionCapabilities, SessionInfo,
-    SessionListCapabilities, SessionNotification, SessionUpdate, StopReason, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields,
+    SessionListCapabilities, StopReason, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use steward_engine::coordinator::SessionOutcome;
 use steward_engine::inspect::pages::PageRequest;
-use steward_engine::runner::{EngineEvent, Outcome};
 use steward_engine::store::rows;
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
-use steward_engine::{Engine, Error};
-use tokio::sync::broadcast::error::RecvError;
+use steward_engine::{Engine, Error, Outcome, SessionOutcome};
 
 use super::transport::{
     INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Outbox, RESOURCE_NOT_FOUND,
 };
 use super::updates;
+use super::views::{TurnGuard, Views};
 
 /// A JSON-RPC error: code and message.
 pub type Failure = (i64, String);
@@ -42,8 +38,29 @@ const LIST_PAGE: usize = 100;
 pub struct Agent {
     pub engine: Engine,
     pub outbox: Outbox,
+    pub views: Arc<Views>,
     pub database: PathBuf,
     pub owners: PathBuf,
+}
+
+/// What follows an answer.
+#[derive(Debug)]
+pub enum FollowUp {
+    Nothing,
+    /// Start the session's due wake.
+    Wake(String),
+}
+
+/// A request, read and accepted in the order it arrived.
+#[derive(Debug)]
+pub enum Accepted {
+    Initialize(Box<InitializeRequest>),
+    New(NewSessionRequest),
+    Load(LoadSessionRequest),
+    List(ListSessionsRequest),
+    /// A prompt holds its session's turn from the moment it arrived, so that a
+    /// `session/cancel` right behind it finds it.
+    Prompt(PromptRequest, TurnGuard),
 }
 
 fn params<T: DeserializeOwned>(params: Value) -> Result<T, Failure> {
@@ -65,17 +82,71 @@ fn engine_failure(e: Error) -> Failure {
     }
 }
 
+/// An absolute directory as sessions store it: resolved when it exists, otherwise
+/// with `.` and trailing separators removed. A relative path is refused.
+fn directory_key(path: &Path) -> Result<PathBuf, Failure> {
+    if !path.is_absolute() {
+        return Err((
+            INVALID_PARAMS,
+            format!("cwd {} is not an absolute path", path.display()),
+        ));
+    }
+    Ok(path
+        .canonicalize()
+        .unwrap_or_else(|_| path.components().collect()))
+}
+
 impl Agent {
-    /// Answers one request.
-    pub async fn handle(&self, method: &str, p: Value) -> Result<Value, Failure> {
-        match method {
-            "initialize" => self.initialize(params(p)?),
-            "session/new" => self.new_session(params(p)?).await,
-            "session/load" => self.load(params(p)?).await,
-            "session/list" => self.list(params(p)?).await,
-            "session/prompt" => self.prompt(params(p)?).await,
-            other => Err((METHOD_NOT_FOUND, format!("method not found: {other}"))),
+    /// Reads a request as it arrives (in order: nothing here waits).
+    pub fn accept(&self, method: &str, p: Value) -> Result<Accepted, Failure> {
+        Ok(match method {
+            "initialize" => Accepted::Initialize(Box::new(params(p)?)),
+            "session/new" => Accepted::New(params(p)?),
+            "session/load" => Accepted::Load(params(p)?),
+            "session/list" => Accepted::List(params(p)?),
+            "session/prompt" => {
+                let request: PromptRequest = params(p)?;
+                let turn = self.views.begin_turn(&request.session_id.0)?;
+                Accepted::Prompt(request, turn)
+            }
+            other => return Err((METHOD_NOT_FOUND, format!("method not found: {other}"))),
+        })
+    }
+
+    /// Answers an accepted request; then what follows the answer.
+    pub async fn handle(&self, request: Accepted) -> (Result<Value, Failure>, FollowUp) {
+        match request {
+            Accepted::Initialize(r) => (self.initialize(r), FollowUp::Nothing),
+            Accepted::New(r) => (self.new_session(r).await, FollowUp::Nothing),
+            Accepted::Load(r) => {
+                let session = r.session_id.0.to_string();
+                match self.load(r).await {
+                    Ok(answer) => (Ok(answer), FollowUp::Wake(session)),
+                    Err(e) => (Err(e), FollowUp::Nothing),
+                }
+            }
+            Accepted::List(r) => (self.list(r).await, FollowUp::Nothing),
+            Accepted::Prompt(r, turn) => (self.prompt(r, turn).await, FollowUp::Nothing),
         }
+    }
+
+    /// Runs what follows an answer: a loaded session's due wake starts once the
+    /// client has its transcript, so what it does streams live.
+    pub async fn follow_up(&self, follow_up: FollowUp) {
+        if let FollowUp::Wake(session) = follow_up
+            && let Err(e) = self.engine.redrive_wakes_of(&session).await
+        {
+            tracing::error!(session = %session, error = %e, "starting the session's wake failed");
+        }
+    }
+
+    /// [`Agent::accept`], [`Agent::handle`] and [`Agent::follow_up`].
+    #[cfg(test)]
+    pub async fn call(&self, method: &str, p: Value) -> Result<Value, Failure> {
+        let accepted = self.accept(method, p)?;
+        let (answer, then) = self.handle(accepted).await;
+        self.follow_up(then).await;
+        answer
     }
 
     /// Takes one notification (unknown ones are ignored, as JSON-RPC says).
@@ -83,14 +154,17 @@ impl Agent {
         if method == "session/cancel" {
             match params::<CancelNotification>(p) {
                 Ok(cancel) => {
-                    self.engine.cancel(&cancel.session_id.0);
+                    let session = &cancel.session_id.0;
+                    if self.views.cancel(session) {
+                        self.engine.cancel(session);
+                    }
                 }
                 Err((_, e)) => tracing::warn!(error = %e, "a bad session/cancel"),
             }
         }
     }
 
-    fn initialize(&self, _request: InitializeRequest) -> Result<Value, Failure> {
+    fn initialize(&self, _request: Box<InitializeRequest>) -> Result<Value, Failure> {
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .session_capabilities(SessionCapabilities::new().list(SessionListCapabilities::new()));
@@ -112,6 +186,12 @@ impl Agent {
                 ),
             ));
         }
+        if !request.mcp_servers.is_empty() {
+            tracing::warn!(
+                servers = request.mcp_servers.len(),
+                "MCP servers are not supported: the session runs with Steward's own tools"
+            );
+        }
         let cwd = cwd
             .canonicalize()
             .map_err(|e| (INVALID_PARAMS, e.to_string()))?;
@@ -124,46 +204,72 @@ impl Agent {
             .create_session(&title, &cwd.to_string_lossy())
             .await
             .map_err(engine_failure)?;
+        self.views.open_new(&session.id);
         to_value(NewSessionResponse::new(session.id))
     }
 
+    /// Sends the session's transcript, after reconciling what a crash elsewhere
+    /// left of it. Its due wake starts after the answer ([`Agent::follow_up`]).
     async fn load(&self, request: LoadSessionRequest) -> Result<Value, Failure> {
         let id = request.session_id.0.to_string();
-        let messages = self
-            .engine
-            .db()
-            .read({
-                let id = id.clone();
-                move |conn| {
-                    if rows::session(conn, &id)?.is_none() {
-                        return Err(Error::NotFound {
-                            kind: "session",
-                            id,
-                        });
-                    }
-                    rows::messages(conn, &id)
-                }
-            })
-            .await
-            .map_err(engine_failure)?;
-        for update in updates::replay(&messages) {
-            self.update(&id, update);
+        let exists = {
+            let id = id.clone();
+            self.engine
+                .db()
+                .read(move |conn| Ok(rows::session(conn, &id)?.is_some()))
+                .await
+                .map_err(engine_failure)?
+        };
+        if !exists {
+            return Err(engine_failure(Error::NotFound {
+                kind: "session",
+                id,
+            }));
         }
+        let was_open = self.views.begin_load(&id);
+        let loaded = async {
+            self.engine.recover_if_due().await?;
+            let id = id.clone();
+            self.engine
+                .db()
+                .read(move |conn| {
+                    let through = steward_engine::store::events::next_seq(conn, &id)? - 1;
+                    Ok((rows::messages(conn, &id)?, through))
+                })
+                .await
+        }
+        .await;
+        let (messages, through) = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                self.views.abandon_load(&id, was_open);
+                return Err(engine_failure(e));
+            }
+        };
+        self.views.finish_load(&id, &messages, through);
         to_value(LoadSessionResponse::new())
     }
 
     async fn list(&self, request: ListSessionsRequest) -> Result<Value, Failure> {
-        let cwd = request.cwd.map(|c| c.to_string_lossy().into_owned());
+        let cwd = request.cwd.as_deref().map(directory_key).transpose()?;
+        let cwd = cwd.map(|c| c.to_string_lossy().into_owned());
+        let (database, owners) = (self.database.clone(), self.owners.clone());
+        let mut reader =
+            steward_engine::inspect::Reader::open(&database, &owners).map_err(engine_failure)?;
+        if let Some(cursor) = &request.cursor
+            && reader.session(cursor).map_err(engine_failure)?.is_none()
+        {
+            return Err((INVALID_PARAMS, format!("invalid cursor {cursor}")));
+        }
         let mut page = PageRequest {
             after: request.cursor,
+            // Narrows the pages read; the exact match is below.
+            filter: cwd.clone(),
             ..PageRequest::first(LIST_PAGE)
         };
-        let (database, owners) = (self.database.clone(), self.owners.clone());
         let now = steward_engine::clock::SystemClock::new();
         let mut sessions = Vec::new();
         // With a cwd filter, keep reading pages until one is full or none are left.
-        let mut reader =
-            steward_engine::inspect::Reader::open(&database, &owners).map_err(engine_failure)?;
         let more = loop {
             let rows = reader
                 .sessions(steward_engine::clock::Clock::now_ms(&now), &page)
@@ -188,11 +294,11 @@ impl Agent {
     }
 
     /// Runs a turn: the prompt is admitted (with the session's claim, in one
-    /// transaction), its updates streamed, and the answer says how it ended.
-    async fn prompt(&self, request: PromptRequest) -> Result<Value, Failure> {
+    /// transaction) and the answer says how the turn ended. Its updates stream
+    /// through the forwarder, and the answer waits for them.
+    async fn prompt(&self, request: PromptRequest, turn: TurnGuard) -> Result<Value, Failure> {
         let session = request.session_id.0.to_string();
         let text = prompt_text(&request.prompt)?;
-        let mut events = self.engine.subscribe();
         let before = self
             .engine
             .db()
@@ -211,22 +317,14 @@ impl Agent {
             .submit(&session, &text)
             .await
             .map_err(engine_failure)?;
-        let mut tools: HashMap<String, ToolCallStatus> = HashMap::new();
-        let outcome = {
-            let idle = self.engine.wait_idle(&session);
-            tokio::pin!(idle);
-            loop {
-                tokio::select! {
-                    outcome = &mut idle => break outcome,
-                    event = events.recv() => self.forward(&session, event, &mut tools),
-                }
-            }
-        };
-        while let Ok(event) = events.try_recv() {
-            self.forward(&session, Ok(event), &mut tools);
+        if turn.turn.cancelled() {
+            // The cancel arrived before the execution existed.
+            self.engine.cancel(&session);
         }
+        let outcome = self.engine.wait_idle(&session).await;
+        self.views.barrier().await;
         // What a cancellation or a failure closed without an event of its own.
-        let turn = self
+        let turn_messages = self
             .engine
             .db()
             .read({
@@ -241,19 +339,19 @@ impl Agent {
             })
             .await
             .map_err(engine_failure)?;
-        for update in updates::settle(&turn, &mut tools) {
-            self.update(&session, update);
-        }
+        self.views.settle(&session, &turn_messages);
         let stop = match outcome {
             Some(SessionOutcome::Ran(Outcome::Idle)) | None => {
-                if turn_hit_a_limit(&turn, "length") {
+                if turn_hit_a_limit(&turn_messages, "length") {
                     StopReason::MaxTokens
                 } else {
                     StopReason::EndTurn
                 }
             }
             Some(SessionOutcome::Ran(Outcome::Cancelled)) => StopReason::Cancelled,
-            Some(SessionOutcome::Ran(Outcome::Failed(_))) if turn_hit_a_limit(&turn, "limit") => {
+            Some(SessionOutcome::Ran(Outcome::Failed(_)))
+                if turn_hit_a_limit(&turn_messages, "limit") =>
+            {
                 StopReason::MaxTurnRequests
             }
             Some(SessionOutcome::Ran(Outcome::Failed(message))) => {
@@ -265,6 +363,13 @@ impl Agent {
                     format!("session {session} is held by another live owner ({owner_id})"),
                 ));
             }
+            Some(SessionOutcome::Stopped) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    "the turn was stopped: Steward is shutting down; the next launch continues it"
+                        .into(),
+                ));
+            }
             Some(other) => {
                 return Err((
                     INTERNAL_ERROR,
@@ -272,37 +377,8 @@ impl Agent {
                 ));
             }
         };
+        drop(turn);
         to_value(PromptResponse::new(stop))
-    }
-
-    fn forward(
-        &self,
-        session: &str,
-        event: Result<EngineEvent, RecvError>,
-        tools: &mut HashMap<String, ToolCallStatus>,
-    ) {
-        match event {
-            Ok(EngineEvent::Committed(record)) if record.session_id == session => {
-                for update in updates::from_event(&record.event, tools) {
-                    self.update(session, update);
-                }
-            }
-            Ok(_) => {}
-            Err(RecvError::Lagged(n)) => {
-                tracing::warn!(
-                    missed = n,
-                    "session updates lagged; the turn's end settles tools"
-                );
-            }
-            Err(RecvError::Closed) => {}
-        }
-    }
-
-    fn update(&self, session: &str, update: SessionUpdate) {
-        match serde_json::to_value(SessionNotification::new(session.to_string(), update)) {
-            Ok(params) => self.outbox.notify("session/update", params),
-            Err(e) => tracing::error!(error = %e, "cannot serialize an update"),
-        }
     }
 }
 
@@ -366,25 +442,25 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// Tool permission through the client: `session/request_permission` with allow
-/// once, allow always (for the rest of this process) and reject. A cancelled
-/// request, or a closed connection, denies.
+/// once, allow always (for the rest of the session) and reject. A cancelled
+/// request, or a closed connection, denies; so does a session the client did not
+/// open, which is never asked about.
 #[derive(Debug, Clone)]
 pub struct ClientPermission {
     pub outbox: Outbox,
-    pub always: Arc<Mutex<BTreeSet<String>>>,
+    pub views: Arc<Views>,
 }
 
 impl Permission for ClientPermission {
     fn decide(&self, request: PermissionRequest) -> BoxFuture<Decision> {
-        let remembered = request.outside.is_none()
-            && self
-                .always
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&request.tool);
-        let (outbox, always) = (self.outbox.clone(), self.always.clone());
+        let (outbox, views) = (self.outbox.clone(), self.views.clone());
         Box::pin(async move {
-            if remembered {
+            let session = request.session_id.clone();
+            let denied = |why: &str| Decision::Deny(format!("Permission denied: {why}"));
+            if !views.is_open(&session) {
+                return denied("the session is not open in the client");
+            }
+            if request.outside.is_none() && views.always_allowed(&session, &request.tool) {
                 return Decision::Allow;
             }
             let mut fields = ToolCallUpdateFields::new()
@@ -401,7 +477,7 @@ impl Permission for ClientPermission {
                 ]);
             }
             let ask = RequestPermissionRequest::new(
-                request.session_id.clone(),
+                session.clone(),
                 ToolCallUpdate::new(request.call_id.clone(), fields),
                 vec![
                     PermissionOption::new(
@@ -411,7 +487,7 @@ impl Permission for ClientPermission {
                     ),
                     PermissionOption::new(
                         "allow_always",
-                        format!("Always allow {}", request.tool),
+                        format!("Always allow {} in this session", request.tool),
                         PermissionOptionKind::AllowAlways,
                     ),
                     PermissionOption::new(
@@ -422,9 +498,10 @@ impl Permission for ClientPermission {
                 ],
             );
             let Ok(params) = serde_json::to_value(ask) else {
-                return Decision::Deny("Permission denied: the request could not be sent".into());
+                return denied("the request could not be sent");
             };
-            let denied = |why: &str| Decision::Deny(format!("Permission denied: {why}"));
+            // The client hears of the tool call before it is asked about it.
+            views.barrier().await;
             match outbox.request("session/request_permission", params).await {
                 Some(Ok(answer)) => {
                     match serde_json::from_value::<RequestPermissionResponse>(answer) {
@@ -434,10 +511,7 @@ impl Permission for ClientPermission {
                                     "allow_once" => Decision::Allow,
                                     "allow_always" => {
                                         if request.outside.is_none() {
-                                            always
-                                                .lock()
-                                                .unwrap_or_else(|e| e.into_inner())
-                                                .insert(request.tool.clone());
+                                            views.allow_always(&session, &request.tool);
                                         }
                                         Decision::Allow
                                     }
@@ -456,15 +530,6 @@ impl Permission for ClientPermission {
                 None => denied("the client went away"),
             }
         })
-    }
-}
-
-impl ClientPermission {
-    pub fn new(outbox: Outbox) -> ClientPermission {
-        ClientPermission {
-            outbox,
-            always: Arc::new(Mutex::new(BTreeSet::new())),
-        }
     }
 }
 
@@ -495,6 +560,7 @@ mod tests {
 #[cfg(test)]
 mod turn_tests {
     use super::*;
+    use crate::acp::transport::INVALID_REQUEST;
     use crate::acp::transport::Outbox;
     use steward_engine::EngineOptions;
     use steward_engine::config::Config;
@@ -505,13 +571,26 @@ mod turn_tests {
         dir: &tempfile::TempDir,
         script: &str,
         config: Config,
-    ) -> (Agent, tokio::sync::mpsc::UnboundedReceiver<Value>) {
+    ) -> (Arc<Agent>, tokio::sync::mpsc::UnboundedReceiver<Value>) {
+        agent_asking(dir, script, config, false).await
+    }
+
+    /// An agent whose tool permission is the client's (`ask`) or allows all.
+    async fn agent_asking(
+        dir: &tempfile::TempDir,
+        script: &str,
+        config: Config,
+        ask: bool,
+    ) -> (Arc<Agent>, tokio::sync::mpsc::UnboundedReceiver<Value>) {
         let script_path = dir.path().join("script.toml");
         std::fs::write(&script_path, script).unwrap();
         let mut config = config;
         config.provider.script = Some(script_path);
         let clock = steward_engine::clock::SystemClock::shared();
         let database = dir.path().join("steward.db");
+        let (out, received) = tokio::sync::mpsc::unbounded_channel();
+        let outbox = Outbox::new(out);
+        let (views, forwarding) = Views::new(outbox.clone());
         let engine = Engine::start(EngineOptions {
             db: Db::open(&database, clock.as_ref()).unwrap(),
             owners_dir: dir.path().join("owners"),
@@ -519,28 +598,70 @@ mod turn_tests {
             provider: steward_engine::provider::from_config(&config.provider).unwrap(),
             config,
             tools: ToolRegistry::standard(),
-            permission: Arc::new(Headless { allow_all: true }),
+            permission: if ask {
+                Arc::new(ClientPermission {
+                    outbox: outbox.clone(),
+                    views: views.clone(),
+                })
+            } else {
+                Arc::new(Headless { allow_all: true })
+            },
         })
         .await
         .unwrap();
-        let (out, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(super::super::views::forward(
+            views.clone(),
+            engine.db().clone(),
+            engine.subscribe(),
+            forwarding,
+        ));
         let agent = Agent {
             engine,
-            outbox: Outbox::new(out),
+            outbox,
+            views,
             database,
             owners: dir.path().join("owners"),
         };
-        (agent, received)
+        (Arc::new(agent), received)
     }
 
     async fn new_session(agent: &Agent, dir: &tempfile::TempDir) -> String {
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         let created = agent
-            .handle("session/new", json!({"cwd": work, "mcpServers": []}))
+            .call("session/new", json!({"cwd": work, "mcpServers": []}))
             .await
             .unwrap();
         created["sessionId"].as_str().unwrap().to_string()
+    }
+
+    fn prompt(session: &str, text: &str) -> Value {
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+    }
+
+    /// Every `session/update` received so far, as (kind, text or status).
+    fn received(
+        updates: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    ) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(message) = updates.try_recv() {
+            if message["method"] != "session/update" {
+                continue;
+            }
+            let update = &message["params"]["update"];
+            let detail = update["content"]["text"]
+                .as_str()
+                .or(update["status"].as_str())
+                .unwrap_or_default();
+            out.push((
+                update["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                detail.to_string(),
+            ));
+        }
+        out
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,10 +673,7 @@ mod turn_tests {
         let (agent, _updates) = agent(&dir, script, config).await;
         let session = new_session(&agent, &dir).await;
         let answer = agent
-            .handle(
-                "session/prompt",
-                json!({"sessionId": session, "prompt": [{"type": "text", "text": "loop"}]}),
-            )
+            .call("session/prompt", prompt(&session, "loop"))
             .await
             .unwrap();
         assert_eq!(answer["stopReason"], "max_turn_requests");
@@ -570,17 +688,11 @@ mod turn_tests {
             let script = "[[step]]\ntext = [\"a \", \"b \", \"c\"]\ndelay_ms = 2\n";
             let (agent, _updates) = agent(&dir, script, Config::default()).await;
             let session = new_session(&agent, &dir).await;
-            let agent = Arc::new(agent);
             let prompting = {
                 let (agent, session) = (agent.clone(), session.clone());
-                tokio::spawn(async move {
-                    agent
-                        .handle(
-                            "session/prompt",
-                            json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
-                        )
-                        .await
-                })
+                tokio::spawn(
+                    async move { agent.call("session/prompt", prompt(&session, "go")).await },
+                )
             };
             tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
             agent.notify("session/cancel", json!({"sessionId": session}));
@@ -598,17 +710,202 @@ mod turn_tests {
         }
     }
 
+    /// A script whose one step streams slowly (about two seconds).
+    const SLOW: &str = "[[step]]\ntext = [\"a \", \"b \", \"c \", \"d \", \"e \", \"f \", \"g \", \"h\"]\ndelay_ms = 250\n";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_sent_right_behind_its_prompt_cancels_the_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _updates) = agent(&dir, SLOW, Config::default()).await;
+        let session = new_session(&agent, &dir).await;
+        // In arrival order: the prompt is accepted, then the cancel, before the
+        // prompt's task has run at all.
+        let accepted = agent
+            .accept("session/prompt", prompt(&session, "go"))
+            .unwrap();
+        agent.notify("session/cancel", json!({"sessionId": session}));
+        let started = std::time::Instant::now();
+        let answer = agent.handle(accepted).await.0.unwrap();
+        assert_eq!(answer["stopReason"], "cancelled");
+        assert!(started.elapsed() < std::time::Duration::from_millis(1500));
+        agent.engine.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_prompt_while_one_runs_is_refused_and_each_update_is_sent_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "[[step]]\ntext = [\"one \", \"two \", \"three\"]\ndelay_ms = 100\n";
+        let (agent, mut updates) = agent(&dir, script, Config::default()).await;
+        let session = new_session(&agent, &dir).await;
+        let first = agent
+            .accept("session/prompt", prompt(&session, "go"))
+            .unwrap();
+        let refused = agent
+            .accept("session/prompt", prompt(&session, "again"))
+            .unwrap_err();
+        assert_eq!(refused.0, INVALID_REQUEST, "{refused:?}");
+        let answer = agent.handle(first).await.0.unwrap();
+        assert_eq!(answer["stopReason"], "end_turn");
+        let texts: Vec<String> = received(&mut updates)
+            .into_iter()
+            .filter(|(kind, _)| kind == "agent_message_chunk")
+            .map(|(_, text)| text)
+            .collect();
+        assert_eq!(texts.concat(), "one two three");
+        // The turn is over: the next prompt is taken.
+        let answer = agent
+            .call("session/prompt", prompt(&session, "again"))
+            .await
+            .unwrap();
+        assert_eq!(answer["stopReason"], "end_turn");
+        agent.engine.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_prompt_for_a_session_not_opened_here_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _updates) = agent(&dir, SLOW, Config::default()).await;
+        for id in ["ses_nope", ""] {
+            let refused = agent
+                .call("session/prompt", prompt(id, "go"))
+                .await
+                .unwrap_err();
+            assert_eq!(refused.0, RESOURCE_NOT_FOUND, "{refused:?}");
+        }
+        agent.engine.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_cwd_filter_matches_the_directory_however_it_is_spelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _updates) = agent(&dir, SLOW, Config::default()).await;
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let created = agent
+            .call("session/new", json!({"cwd": link, "mcpServers": []}))
+            .await
+            .unwrap();
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        agent
+            .call("session/new", json!({"cwd": other, "mcpServers": []}))
+            .await
+            .unwrap();
+        let spellings = [
+            link.display().to_string(),
+            format!("{}/", link.display()),
+            real.display().to_string(),
+            format!("{}/.", real.display()),
+        ];
+        for cwd in spellings {
+            let listed = agent
+                .call("session/list", json!({"cwd": cwd}))
+                .await
+                .unwrap();
+            let ids: Vec<&str> = listed["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["sessionId"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, vec![created["sessionId"].as_str().unwrap()], "{cwd}");
+        }
+        for bad in [json!({"cwd": "relative/dir"}), json!({"cursor": "zzzz"})] {
+            let refused = agent.call("session/list", bad.clone()).await.unwrap_err();
+            assert_eq!(refused.0, INVALID_PARAMS, "{bad}");
+        }
+        agent.engine.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_client_hears_of_a_tool_call_before_it_is_asked_and_always_is_per_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "[[step]]\ntool_calls = [{ tool = \"write_file\", input = { path = \"a.txt\", content = \"x\" } }]\n\
+                      [[step]]\ntext = [\"done\"]\n\
+                      [[step]]\ntool_calls = [{ tool = \"write_file\", input = { path = \"b.txt\", content = \"y\" } }]\n\
+                      [[step]]\ntext = [\"done\"]\n\
+                      [[step]]\ntool_calls = [{ tool = \"write_file\", input = { path = \"c.txt\", content = \"z\" } }]\n\
+                      [[step]]\ntext = [\"done\"]\n";
+        let (agent, mut out) = agent_asking(&dir, script, Config::default(), true).await;
+        // The client: answers every permission question with `allow_always`, and
+        // records what it was sent, in order.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+        let client = {
+            let (agent, seen) = (agent.clone(), seen.clone());
+            tokio::spawn(async move {
+                while let Some(message) = out.recv().await {
+                    if message["method"] == "session/request_permission" {
+                        agent.outbox.answer(
+                            &message["id"],
+                            Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_always"}})),
+                        );
+                    }
+                    seen.lock().unwrap().push(message);
+                }
+            })
+        };
+        let first = new_session(&agent, &dir).await;
+        for _ in 0..2 {
+            let answer = agent
+                .call("session/prompt", prompt(&first, "write"))
+                .await
+                .unwrap();
+            assert_eq!(answer["stopReason"], "end_turn");
+        }
+        let second_dir = dir.path().join("second");
+        std::fs::create_dir_all(&second_dir).unwrap();
+        let second = agent
+            .call("session/new", json!({"cwd": second_dir, "mcpServers": []}))
+            .await
+            .unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let answer = agent
+            .call("session/prompt", prompt(&second, "write"))
+            .await
+            .unwrap();
+        assert_eq!(answer["stopReason"], "end_turn");
+        agent.engine.shutdown().await.unwrap();
+        drop(agent);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), client).await;
+        let seen = seen.lock().unwrap();
+        let asked: Vec<&Value> = seen
+            .iter()
+            .filter(|m| m["method"] == "session/request_permission")
+            .collect();
+        // Asked once in the first session (then "always"), and again in the second.
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert_eq!(asked[0]["params"]["sessionId"], first.as_str());
+        assert_eq!(asked[1]["params"]["sessionId"], second.as_str());
+        for question in asked {
+            let call = &question["params"]["toolCall"]["toolCallId"];
+            let at = |pred: &dyn Fn(&Value) -> bool| seen.iter().position(pred).unwrap();
+            let told = at(&|m| {
+                m["params"]["update"]["sessionUpdate"] == "tool_call"
+                    && m["params"]["update"]["toolCallId"] == *call
+            });
+            let asked_at = at(&|m| {
+                m["method"] == "session/request_permission"
+                    && m["params"]["toolCall"]["toolCallId"] == *call
+            });
+            assert!(told < asked_at, "asked about {call} before the tool_call");
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unknown_methods_and_bad_params_get_their_error_codes() {
         let dir = tempfile::tempdir().unwrap();
         let (agent, _updates) = agent(&dir, "[[step]]\ntext = [\"x\"]\n", Config::default()).await;
         assert_eq!(
-            agent.handle("session/fly", json!({})).await.unwrap_err().0,
+            agent.call("session/fly", json!({})).await.unwrap_err().0,
             METHOD_NOT_FOUND
         );
         assert_eq!(
             agent
-                .handle("session/new", json!({"cwd": 5}))
+                .call("session/new", json!({"cwd": 5}))
                 .await
                 .unwrap_err()
                 .0,
@@ -616,7 +913,7 @@ mod turn_tests {
         );
         assert_eq!(
             agent
-                .handle(
+                .call(
                     "session/load",
                     json!({"sessionId": "ses_nope", "cwd": "/", "mcpServers": []})
                 )

@@ -203,7 +203,24 @@ type Answer = oneshot::Sender<Result<Value, Value>>;
 pub struct Outbox {
     out: mpsc::UnboundedSender<Value>,
     next_id: Arc<AtomicI64>,
-    pending: Arc<Mutex<HashMap<i64, Answer>>>,
+    /// Requests sent and not yet answered; `None` once nobody waits any more (the
+    /// turn was cancelled), so that the late answer is known as ours.
+    pending: Arc<Mutex<HashMap<i64, Option<Answer>>>>,
+}
+
+/// Marks a request as no longer waited for when its waiter goes away unanswered.
+struct Waiting<'a> {
+    pending: &'a Mutex<HashMap<i64, Option<Answer>>>,
+    id: i64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(waiter) = pending.get_mut(&self.id) {
+            *waiter = None;
+        }
+    }
 }
 
 impl Outbox {
@@ -231,13 +248,17 @@ impl Outbox {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, answer);
+            .insert(id, Some(answer));
+        let _waiting = Waiting {
+            pending: &self.pending,
+            id,
+        };
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         answered.await.ok()
     }
 
-    /// Routes a response to the request that waits for it. False when no request
-    /// of ours has that id.
+    /// Routes a response to the request that waits for it (an answer nobody waits
+    /// for any more is dropped). False when no request of ours has that id.
     pub fn answer(&self, id: &Value, outcome: Result<Value, Value>) -> bool {
         let Some(id) = id.as_i64() else {
             return false;
@@ -248,7 +269,14 @@ impl Outbox {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
         match waiting {
-            Some(answer) => answer.send(outcome).is_ok(),
+            Some(Some(answer)) => {
+                let _ = answer.send(outcome);
+                true
+            }
+            Some(None) => {
+                tracing::debug!(id, "an answer to a request nobody waits for any more");
+                true
+            }
             None => false,
         }
     }
@@ -391,6 +419,36 @@ mod tests {
         );
         assert!(outbox.answer(&sent["id"], Ok(json!({"ok": true}))));
         assert_eq!(asking.await.unwrap(), Some(Ok(json!({"ok": true}))));
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_a_request_nobody_waits_for_is_known_as_ours_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let outbox = Outbox::new(tx);
+        {
+            let asking = outbox.request("session/request_permission", json!({}));
+            tokio::pin!(asking);
+            // Polled once (sent), then dropped: the turn was cancelled.
+            assert!(futures_poll_once(asking.as_mut()).await.is_none());
+        }
+        let sent = rx.recv().await.unwrap();
+        assert!(outbox.answer(&sent["id"], Ok(json!({}))), "our late answer");
+        assert!(
+            !outbox.answer(&sent["id"], Ok(json!({}))),
+            "answered twice: the second is stray"
+        );
+    }
+
+    /// Polls `future` once; `Some` with its output when it was ready.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(future: F) -> Option<F::Output> {
+        let mut future = future;
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut future).poll(cx) {
+                std::task::Poll::Ready(out) => Some(out),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
     }
 
     #[tokio::test]

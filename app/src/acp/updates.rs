@@ -3,7 +3,8 @@
 //! as `agent_message_chunk`, each tool call as a `tool_call` and its progress as
 //! `tool_call_update`s — recovery's failed tools included, with the exact restart
 //! text. The same mapping serves a live turn (from committed events) and
-//! `session/load` (from the stored transcript).
+//! `session/load` (from the stored transcript); a [`Stream`] remembers what one
+//! client was sent of one session.
 
 use std::collections::HashMap;
 
@@ -13,7 +14,10 @@ use agent_client_protocol_schema::v1::{
 };
 use serde_json::Value;
 use steward_engine::events::Event;
-use steward_engine::message::{MessageData, Part, SyntheticKind, ToolPart, ToolStatus};
+use steward_engine::message::{
+    AssistantData, MessageData, MessageError, Part, SyntheticData, SyntheticKind, ToolPart,
+    ToolStatus,
+};
 use steward_engine::projection::MessageRow;
 
 pub fn kind(tool: &str) -> ToolKind {
@@ -88,52 +92,15 @@ fn tool_final(tool: &ToolPart) -> SessionUpdate {
     tool_update(&tool.call_id, status(tool.state.status), text)
 }
 
-/// What `session/load` sends: the whole transcript, in order.
-pub fn replay(messages: &[MessageRow]) -> Vec<SessionUpdate> {
-    let mut out = Vec::new();
-    for message in messages {
-        match &message.data {
-            MessageData::User(u) => out.push(user_text(u.text.clone())),
-            MessageData::Synthetic(s) => out.push(agent_text(synthetic_text(s))),
-            MessageData::Assistant(a) => {
-                let mut said: Vec<&str> = Vec::new();
-                for part in &a.parts {
-                    match part {
-                        Part::Text { id, text } if !text.is_empty() => {
-                            if id.starts_with("recovery:") {
-                                said.push(text);
-                            }
-                            out.push(agent_text(text.clone()));
-                        }
-                        Part::Text { .. } => {}
-                        Part::Tool(tool) => {
-                            out.push(tool_called(&tool.call_id, &tool.tool, &tool.state.input));
-                            if tool.state.status != ToolStatus::Pending {
-                                out.push(tool_final(tool));
-                            }
-                        }
-                    }
-                }
-                if let Some(error) = a
-                    .error
-                    .as_ref()
-                    .filter(|e| !said.contains(&e.message.as_str()))
-                {
-                    out.push(agent_text(format!("\n{}", error.message)));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// How an engine note reads to the client.
-pub fn synthetic_text(s: &steward_engine::message::SyntheticData) -> String {
+/// How an engine note reads to the client, with the mark the terminal interface
+/// uses: `↻` for what a restart did, `⊘` for a cancellation.
+pub fn synthetic_text(s: &SyntheticData) -> String {
     match s.kind {
         SyntheticKind::Continuation => {
             format!("↻ {}", s.label.as_deref().unwrap_or(&s.text))
         }
-        SyntheticKind::Recovery | SyntheticKind::Interrupted => format!("↻ {}", s.text),
+        SyntheticKind::Recovery => format!("↻ {}", s.text),
+        SyntheticKind::Interrupted => format!("⊘ {}", s.text),
         SyntheticKind::Compaction => format!(
             "{}: {}",
             s.label.as_deref().unwrap_or("Compacted conversation"),
@@ -142,69 +109,186 @@ pub fn synthetic_text(s: &steward_engine::message::SyntheticData) -> String {
     }
 }
 
-/// The updates of one committed event during a live turn. `tools` remembers each
-/// call's last status sent, so the final reconciliation sends only what changed.
-pub fn from_event(
-    event: &Event,
-    tools: &mut HashMap<String, ToolCallStatus>,
-) -> Vec<SessionUpdate> {
-    match event {
-        Event::StepText { text, .. } if !text.is_empty() => vec![agent_text(text.clone())],
-        Event::ToolCalled {
-            call_id,
-            tool,
-            input,
-            ..
-        } => {
-            tools.insert(call_id.clone(), ToolCallStatus::Pending);
-            vec![tool_called(call_id, tool, input)]
-        }
-        Event::ToolStarted { call_id, .. } => {
-            tools.insert(call_id.clone(), ToolCallStatus::InProgress);
-            vec![tool_update(call_id, ToolCallStatus::InProgress, None)]
-        }
-        Event::ToolCompleted {
-            call_id, output, ..
-        } => {
-            tools.insert(call_id.clone(), ToolCallStatus::Completed);
-            vec![tool_update(
-                call_id,
-                ToolCallStatus::Completed,
-                Some(output),
-            )]
-        }
-        Event::ToolFailed { call_id, error, .. } => {
-            tools.insert(call_id.clone(), ToolCallStatus::Failed);
-            vec![tool_update(call_id, ToolCallStatus::Failed, Some(error))]
-        }
-        Event::StepFailed { error, .. } => vec![agent_text(format!("\n{}", error.message))],
-        _ => Vec::new(),
+/// The text of an assistant's error: a cancellation's with `⊘`, others as they are.
+fn error_text(error: &MessageError) -> String {
+    if error.kind == "interrupted" {
+        format!("⊘ {}", error.message)
+    } else {
+        error.message.clone()
     }
 }
 
-/// After a turn: a final update for every tool sent in it whose stored status is
-/// not the last one sent (a cancellation or a recovery closed it).
-pub fn settle(
-    messages: &[MessageRow],
-    tools: &mut HashMap<String, ToolCallStatus>,
-) -> Vec<SessionUpdate> {
-    let mut out = Vec::new();
-    for message in messages {
-        let Some(a) = message.data.as_assistant() else {
-            continue;
+/// What one client was sent of one session: each tool call's last status, and
+/// which text the last agent chunk belonged to — a new piece of text (another part,
+/// another message, a note) after an agent chunk starts a new paragraph, so that
+/// the client, which joins consecutive chunks, does not run them together.
+#[derive(Debug, Default)]
+pub struct Stream {
+    tools: HashMap<String, ToolCallStatus>,
+    last_text: Option<String>,
+}
+
+impl Stream {
+    /// Agent text belonging to `key` (a part id, or a note's own key).
+    fn agent(&mut self, key: &str, text: &str) -> SessionUpdate {
+        let text = match &self.last_text {
+            Some(last) if last != key => format!("\n\n{text}"),
+            _ => text.to_string(),
         };
-        for tool in a.tools() {
-            let Some(sent) = tools.get(&tool.call_id) else {
-                continue;
-            };
-            let now = status(tool.state.status);
-            if *sent != now {
-                tools.insert(tool.call_id.clone(), now);
-                out.push(tool_final(tool));
-            }
+        self.last_text = Some(key.to_string());
+        agent_text(text)
+    }
+
+    fn other(&mut self, update: SessionUpdate) -> SessionUpdate {
+        self.last_text = None;
+        update
+    }
+
+    fn tool(&mut self, call_id: &str, to: ToolCallStatus, update: SessionUpdate) -> SessionUpdate {
+        self.tools.insert(call_id.to_string(), to);
+        self.other(update)
+    }
+
+    /// A tool part's final state, unless it is what was last sent.
+    fn tool_end(&mut self, tool: &ToolPart, out: &mut Vec<SessionUpdate>) {
+        let now = status(tool.state.status);
+        if self.tools.get(&tool.call_id) != Some(&now) {
+            out.push(self.tool(&tool.call_id, now, tool_final(tool)));
         }
     }
-    out
+
+    /// What `session/load` sends: the whole transcript, in order.
+    pub fn replay(&mut self, messages: &[MessageRow]) -> Vec<SessionUpdate> {
+        let mut out = Vec::new();
+        for message in messages {
+            match &message.data {
+                MessageData::User(u) => out.push(self.other(user_text(u.text.clone()))),
+                MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+                MessageData::Assistant(a) => {
+                    for part in &a.parts {
+                        match part {
+                            Part::Text { id, text } if !text.is_empty() => {
+                                out.push(self.agent(id, &part_text(id, text)));
+                            }
+                            Part::Text { .. } => {}
+                            Part::Tool(tool) => {
+                                let called =
+                                    tool_called(&tool.call_id, &tool.tool, &tool.state.input);
+                                out.push(self.tool(&tool.call_id, ToolCallStatus::Pending, called));
+                                if tool.state.status != ToolStatus::Pending {
+                                    self.tool_end(tool, &mut out);
+                                }
+                            }
+                        }
+                    }
+                    out.extend(self.unsaid_error(&message.id, a));
+                }
+            }
+        }
+        out
+    }
+
+    /// The error of an assistant, unless a recovery text part already said it.
+    fn unsaid_error(&mut self, message_id: &str, a: &AssistantData) -> Option<SessionUpdate> {
+        let error = a.error.as_ref()?;
+        let said = a.parts.iter().any(|p| {
+            matches!(p, Part::Text { id, text } if id.starts_with(RECOVERY_PART) && *text == error.message)
+        });
+        (!said).then(|| self.agent(&format!("{message_id}:error"), &error_text(error)))
+    }
+
+    /// The updates of one committed event of a live execution: text as it streams,
+    /// tool calls as they are called, start and end. Events that close a message
+    /// on the engine's own account (a failure, a cancellation, a recovery, a
+    /// continuation) are shown from the message they wrote, through
+    /// [`Stream::ending`].
+    pub fn event(&mut self, event: &Event) -> Vec<SessionUpdate> {
+        match event {
+            Event::StepText { part_id, text, .. } if !text.is_empty() => {
+                vec![self.agent(part_id, text)]
+            }
+            Event::ToolCalled {
+                call_id,
+                tool,
+                input,
+                ..
+            } => vec![self.tool(
+                call_id,
+                ToolCallStatus::Pending,
+                tool_called(call_id, tool, input),
+            )],
+            Event::ToolStarted { call_id, .. } => vec![self.tool(
+                call_id,
+                ToolCallStatus::InProgress,
+                tool_update(call_id, ToolCallStatus::InProgress, None),
+            )],
+            Event::ToolCompleted {
+                call_id, output, ..
+            } => vec![self.tool(
+                call_id,
+                ToolCallStatus::Completed,
+                tool_update(call_id, ToolCallStatus::Completed, Some(output)),
+            )],
+            Event::ToolFailed { call_id, error, .. } => vec![self.tool(
+                call_id,
+                ToolCallStatus::Failed,
+                tool_update(call_id, ToolCallStatus::Failed, Some(error)),
+            )],
+            _ => Vec::new(),
+        }
+    }
+
+    /// What a message the engine closed (or wrote) on its own account adds to what
+    /// was sent: the final state of each tool it closed, and its note — a
+    /// recovery's restart text, a cancellation, a failure, a continuation.
+    pub fn ending(&mut self, message: &MessageRow) -> Vec<SessionUpdate> {
+        let mut out = Vec::new();
+        match &message.data {
+            MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+            MessageData::Assistant(a) => {
+                for part in &a.parts {
+                    match part {
+                        Part::Tool(tool) if self.tools.contains_key(&tool.call_id) => {
+                            self.tool_end(tool, &mut out);
+                        }
+                        Part::Text { id, text } if id.starts_with(RECOVERY_PART) => {
+                            out.push(self.agent(id, &part_text(id, text)));
+                        }
+                        _ => {}
+                    }
+                }
+                out.extend(self.unsaid_error(&message.id, a));
+            }
+            MessageData::User(_) => {}
+        }
+        out
+    }
+
+    /// After a turn: a final update for every tool sent whose stored status is not
+    /// the last one sent (what no event reached the client for, if any was missed).
+    pub fn settle(&mut self, messages: &[MessageRow]) -> Vec<SessionUpdate> {
+        let mut out = Vec::new();
+        for a in messages.iter().filter_map(|m| m.data.as_assistant()) {
+            for tool in a.tools() {
+                if self.tools.contains_key(&tool.call_id) {
+                    self.tool_end(tool, &mut out);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The prefix of the text part a recovery adds to an assistant.
+const RECOVERY_PART: &str = "recovery:";
+
+/// A text part as shown: a recovery's restart text with its mark.
+fn part_text(id: &str, text: &str) -> String {
+    if id.starts_with(RECOVERY_PART) {
+        format!("↻ {text}")
+    } else {
+        text.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -214,9 +298,9 @@ mod tests {
     use serde_json::json;
     use steward_engine::message::MessageKind;
 
-    fn row(kind: MessageKind, data: Value) -> MessageRow {
+    fn row(id: &str, kind: MessageKind, data: Value) -> MessageRow {
         MessageRow {
-            id: "m".into(),
+            id: id.into(),
             session_id: "ses_1".into(),
             seq: 0,
             time_created: 0,
@@ -225,35 +309,46 @@ mod tests {
         }
     }
 
+    fn json_of(updates: Vec<SessionUpdate>) -> Vec<Value> {
+        updates
+            .into_iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    }
+
+    fn interrupted_assistant() -> MessageRow {
+        row(
+            "msg_a",
+            MessageKind::Assistant,
+            json!({"execution_id": "exe_1", "provider": "p", "model": "m",
+            "time": {"created": 1}, "finish": "error",
+            "error": {"type": "interrupted", "message": "Session execution interrupted by server restart"},
+            "parts": [
+              {"id": "prt_1", "type": "text", "text": "Looking."},
+              {"id": "prt_2", "type": "tool", "call_id": "call_1", "tool": "run_command",
+               "state": {"status": "error", "input": {"command": "sleep 300"},
+                         "error": "Tool execution outcome unknown after server restart"}},
+              {"id": "recovery:exe_1", "type": "text", "text": "Session execution interrupted by server restart"}
+            ]}),
+        )
+    }
+
     #[test]
-    fn a_recovered_transcript_replays_with_the_restart_texts_once() {
+    fn a_recovered_transcript_replays_with_the_restart_texts_once_each_its_own_paragraph() {
         let messages = vec![
             row(
+                "msg_u",
                 MessageKind::User,
                 json!({"input_id": "i", "text": "look around"}),
             ),
+            interrupted_assistant(),
             row(
-                MessageKind::Assistant,
-                json!({"execution_id": "exe_1", "provider": "p", "model": "m",
-                "time": {"created": 1}, "finish": "error",
-                "error": {"type": "interrupted", "message": "Session execution interrupted by server restart"},
-                "parts": [
-                  {"id": "prt_1", "type": "text", "text": "Looking."},
-                  {"id": "prt_2", "type": "tool", "call_id": "call_1", "tool": "run_command",
-                   "state": {"status": "error", "input": {"command": "sleep 300"},
-                             "error": "Tool execution outcome unknown after server restart"}},
-                  {"id": "recovery:exe_1", "type": "text", "text": "Session execution interrupted by server restart"}
-                ]}),
-            ),
-            row(
+                "msg_c",
                 MessageKind::Synthetic,
                 json!({"kind": "continuation", "text": "The server restarted…", "label": "Continuing after restart"}),
             ),
         ];
-        let updates: Vec<Value> = replay(&messages)
-            .into_iter()
-            .map(|u| serde_json::to_value(u).unwrap())
-            .collect();
+        let updates = json_of(Stream::default().replay(&messages));
         assert_eq!(
             updates,
             vec![
@@ -265,44 +360,90 @@ mod tests {
                        "content": [{"type": "content", "content": {"type": "text",
                                     "text": "Tool execution outcome unknown after server restart"}}]}),
                 json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text",
-                       "text": "Session execution interrupted by server restart"}}),
+                       "text": "↻ Session execution interrupted by server restart"}}),
                 json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text",
-                       "text": "↻ Continuing after restart"}}),
+                       "text": "\n\n↻ Continuing after restart"}}),
             ]
         );
     }
 
     #[test]
-    fn a_live_tool_call_goes_pending_in_progress_completed_and_settles_once() {
-        let mut tools = HashMap::new();
-        let called = Event::ToolCalled {
+    fn a_cancellation_is_marked_as_one_and_a_failure_as_itself() {
+        let cancelled = row(
+            "msg_x",
+            MessageKind::Synthetic,
+            json!({"kind": "interrupted", "text": "Session execution interrupted"}),
+        );
+        let failed = row(
+            "msg_f",
+            MessageKind::Assistant,
+            json!({"execution_id": "exe_2", "provider": "p", "model": "m",
+            "time": {"created": 1}, "finish": "error",
+            "error": {"type": "provider", "message": "upstream 500"},
+            "parts": [{"id": "prt_9", "type": "text", "text": "Half"}]}),
+        );
+        let texts: Vec<Value> = json_of(Stream::default().replay(&[cancelled, failed]))
+            .into_iter()
+            .map(|u| u["content"]["text"].clone())
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                json!("⊘ Session execution interrupted"),
+                json!("\n\nHalf"),
+                json!("\n\nupstream 500"),
+            ]
+        );
+    }
+
+    #[test]
+    fn live_text_deltas_of_one_part_join_and_a_new_part_starts_a_paragraph() {
+        let mut stream = Stream::default();
+        let text = |part: &str, text: &str| Event::StepText {
             message_id: "m".into(),
-            part_id: "p".into(),
+            part_id: part.into(),
+            text: text.into(),
+        };
+        let sent: Vec<Value> = [text("p1", "a "), text("p1", "b"), text("p2", "c")]
+            .iter()
+            .flat_map(|e| stream.event(e))
+            .map(|u| serde_json::to_value(u).unwrap()["content"]["text"].clone())
+            .collect();
+        assert_eq!(sent, vec![json!("a "), json!("b"), json!("\n\nc")]);
+    }
+
+    #[test]
+    fn a_live_tool_call_goes_pending_in_progress_and_a_recovery_closes_it_once() {
+        let mut stream = Stream::default();
+        let called = Event::ToolCalled {
+            message_id: "msg_a".into(),
+            part_id: "prt_2".into(),
             call_id: "call_1".into(),
-            tool: "read_file".into(),
-            input: json!({"path": "a.txt"}),
+            tool: "run_command".into(),
+            input: json!({"command": "sleep 300"}),
         };
         let started = Event::ToolStarted {
-            message_id: "m".into(),
+            message_id: "msg_a".into(),
             call_id: "call_1".into(),
             process: None,
         };
-        let kinds: Vec<Value> = [called, started]
-            .iter()
-            .flat_map(|e| from_event(e, &mut tools))
-            .map(|u| serde_json::to_value(u).unwrap())
-            .collect();
+        let kinds = json_of(
+            [called, started]
+                .iter()
+                .flat_map(|e| stream.event(e))
+                .collect(),
+        );
         assert_eq!(kinds[0]["sessionUpdate"], "tool_call");
-        assert_eq!(kinds[0]["kind"], "read");
+        assert_eq!(kinds[0]["kind"], "execute");
         assert_eq!(kinds[1]["status"], "in_progress");
-        // A cancellation closed it: the settlement says so, once.
-        let closed = vec![row(
-            MessageKind::Assistant,
-            json!({"execution_id": "e", "provider": "p", "model": "m", "time": {"created": 1},
-                   "parts": [{"id": "p", "type": "tool", "call_id": "call_1", "tool": "read_file",
-                              "state": {"status": "error", "input": {"path": "a.txt"}, "error": "Tool execution interrupted"}}]}),
-        )];
-        assert_eq!(settle(&closed, &mut tools).len(), 1);
-        assert_eq!(settle(&closed, &mut tools).len(), 0);
+        // A recovery closed it: the restart texts arrive once, from the message.
+        let ended = json_of(stream.ending(&interrupted_assistant()));
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        assert_eq!(ended[0]["status"], "failed");
+        assert_eq!(
+            ended[1]["content"]["text"],
+            "↻ Session execution interrupted by server restart"
+        );
+        assert!(stream.settle(&[interrupted_assistant()]).is_empty());
     }
 }

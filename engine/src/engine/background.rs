@@ -20,13 +20,31 @@ use crate::store::sessions::{self, Scope};
 /// The slow fallback poll.
 const POLL: Duration = Duration::from_secs(5);
 
+/// Which sessions a front end lets the engine run on its own: true for a session
+/// whose output someone is watching.
+pub type SessionFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// What the background loop starts after each recovery pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Redriving {
     /// Nothing: it only reconciles (entry points that run one session).
     Nothing,
-    /// Every due wake, as [`Engine::redrive_wakes`] does (the TUI, ACP).
+    /// Every due wake, as [`Engine::redrive_wakes`] does (the terminal interface,
+    /// which shows every session).
     DueWakes,
+    /// The due wakes of the sessions the filter accepts (ACP: the sessions its
+    /// client opened). The others keep their wakes for whoever opens them.
+    Sessions(SessionFilter),
+}
+
+impl std::fmt::Debug for Redriving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Redriving::Nothing => "Nothing",
+            Redriving::DueWakes => "DueWakes",
+            Redriving::Sessions(_) => "Sessions(..)",
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -46,14 +64,11 @@ impl Background {
             .and_then(|p| p.parent())
             .and_then(|dir| crate::doorbell::watch(dir, bell.clone()));
         let state = Loop {
-            db: engine.services.db.clone(),
-            clock: engine.services.clock.clone(),
-            me: engine.owner.id.clone(),
+            due: Due::of(engine),
             probe_every: engine.services.config.lease.heartbeat(),
             auto_continue: engine.services.config.recovery.auto_continue,
             redriving,
             recoverer: engine.recoverer.clone(),
-            coordinator: engine.coordinator.clone(),
             bell,
         };
         let stop2 = stop.clone();
@@ -71,15 +86,68 @@ impl Background {
 }
 
 struct Loop {
-    db: Db,
-    clock: crate::clock::SharedClock,
-    me: String,
+    due: Due,
     probe_every: Duration,
     auto_continue: bool,
     redriving: Redriving,
     recoverer: Arc<Recoverer>,
-    coordinator: Coordinator,
     bell: Arc<Notify>,
+}
+
+/// Decides whether a recovery pass has anything to take.
+pub(super) struct Due {
+    db: Db,
+    clock: crate::clock::SharedClock,
+    me: String,
+    owners: crate::owner::Owners,
+    coordinator: Coordinator,
+}
+
+impl Due {
+    pub(super) fn of(engine: &Engine) -> Due {
+        Due {
+            db: engine.services.db.clone(),
+            clock: engine.services.clock.clone(),
+            me: engine.owner.id.clone(),
+            owners: engine.recoverer.params.owners.clone(),
+            coordinator: engine.coordinator.clone(),
+        }
+    }
+
+    /// Whether a claim recovery may take has expired, or its owner is provably
+    /// dead (the lock probe, which only reads). This owner's claims of executions
+    /// still running here are never due.
+    pub(super) async fn now(&self) -> crate::Result<bool> {
+        let claims = self.db.read(recovery::claim_expiries).await?;
+        let now = self.clock.now_ms();
+        let mut due = false;
+        let mut others: Vec<String> = Vec::new();
+        for (session, owner, expires_at) in &claims {
+            if *owner == self.me && self.coordinator.is_running(session) {
+                continue;
+            }
+            due |= *expires_at <= now;
+            if *owner != self.me && !others.contains(owner) {
+                others.push(owner.clone());
+            }
+        }
+        if due || others.is_empty() {
+            return Ok(due);
+        }
+        let lock_files = self.owners.clone();
+        self.db
+            .read(move |conn| {
+                for id in &others {
+                    if let Some(owner) = crate::owner::get(conn, id)?
+                        && crate::owner::probe(&lock_files, &owner) == crate::owner::Liveness::Dead
+                    {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            })
+            .await
+    }
 }
 
 impl Loop {
@@ -101,21 +169,20 @@ impl Loop {
     /// this owner's whose execution is no longer running here — or the next
     /// owner-death probe while such claims exist, or the fallback poll.
     async fn next_wait(&self) -> Duration {
-        let claims = self
+        let due = &self.due;
+        let claims = due
             .db
             .read(recovery::claim_expiries)
             .await
             .unwrap_or_default();
         let earliest = claims
             .into_iter()
-            .filter(|(session, owner, _)| {
-                *owner != self.me || !self.coordinator.is_running(session)
-            })
+            .filter(|(session, owner, _)| *owner != due.me || !due.coordinator.is_running(session))
             .map(|(_, _, expires_at)| expires_at)
             .min();
         match earliest {
             Some(at) => {
-                let until = u64::try_from(at - self.clock.now_ms()).unwrap_or(0);
+                let until = u64::try_from(at - due.clock.now_ms()).unwrap_or(0);
                 Duration::from_millis(until).min(self.probe_every)
             }
             None => POLL,
@@ -128,41 +195,22 @@ impl Loop {
     /// for this process's own commits too: then there is usually nothing to do, and
     /// nothing is written.
     async fn tick(&self) -> crate::Result<()> {
-        let claims = self.db.read(recovery::claim_expiries).await?;
-        let now = self.clock.now_ms();
-        let mut due = false;
-        let mut others: Vec<String> = Vec::new();
-        for (session, owner, expires_at) in &claims {
-            if *owner == self.me && self.coordinator.is_running(session) {
-                continue;
-            }
-            due |= *expires_at <= now;
-            if *owner != self.me && !others.contains(owner) {
-                others.push(owner.clone());
-            }
-        }
-        if !due && !others.is_empty() {
-            let lock_files = self.recoverer.params.owners.clone();
-            due = self
-                .db
-                .read(move |conn| {
-                    for id in &others {
-                        if let Some(owner) = crate::owner::get(conn, id)?
-                            && crate::owner::probe(&lock_files, &owner)
-                                == crate::owner::Liveness::Dead
-                        {
-                            return Ok(true);
-                        }
-                    }
-                    Ok(false)
-                })
-                .await?;
-        }
-        if due {
+        if self.due.now().await? {
             self.recoverer.pass().await?;
         }
-        if self.redriving == Redriving::DueWakes && self.db.read(wakes_waiting).await? {
-            redrive(&self.db, &self.coordinator, self.auto_continue).await?;
+        let only = match &self.redriving {
+            Redriving::Nothing => return Ok(()),
+            Redriving::DueWakes => None,
+            Redriving::Sessions(filter) => Some(filter),
+        };
+        if self.due.db.read(wakes_waiting).await? {
+            redrive(
+                &self.due.db,
+                &self.due.coordinator,
+                self.auto_continue,
+                only,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -181,17 +229,20 @@ fn wakes_waiting(conn: &rusqlite::Connection) -> crate::Result<bool> {
 
 /// Starts every due wake (protocol §5.7): the recovery wakes that passed their checks,
 /// each promoting only its continuation — unless `auto_continue` is off (§5.9) — and
-/// the sessions with an admitted input whose wake never ran.
+/// the sessions with an admitted input whose wake never ran. With `only`, just the
+/// sessions it accepts.
 pub(super) async fn redrive(
     db: &Db,
     coordinator: &Coordinator,
     auto_continue: bool,
+    only: Option<&SessionFilter>,
 ) -> crate::Result<Redrive> {
+    let wanted = |session: &str| only.is_none_or(|accept| accept(session));
     let (candidates, quarantined) = db.with_conn(recovery::recovery_wakes).await?;
     let mut started: Vec<String> = Vec::new();
     let mut redriven = 0;
     if auto_continue {
-        for candidate in &candidates {
+        for candidate in candidates.iter().filter(|c| wanted(&c.session_id)) {
             let wake = coordinator.wake(
                 &candidate.session_id,
                 Scope::continuation(candidate.input_id.clone()),
@@ -206,7 +257,10 @@ pub(super) async fn redrive(
         }
     }
     for session_id in db.read(sessions::with_pending_input_wakes).await? {
-        if started.contains(&session_id) || coordinator.is_running(&session_id) {
+        if !wanted(&session_id)
+            || started.contains(&session_id)
+            || coordinator.is_running(&session_id)
+        {
             continue;
         }
         if coordinator.wake(&session_id, Scope::Queued) != Wake::Refused {

@@ -544,3 +544,72 @@ async fn r5_1_the_timer_recovers_this_owners_own_abandoned_claims_too() {
 }
 
 mod wakes;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_3_a_prompt_for_a_session_that_does_not_exist_is_not_found_and_writes_nothing() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("answer")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    let refused = engine.submit("ses_nope", "hello").await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            crate::Error::NotFound {
+                kind: "session",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let events: i64 = engine
+        .db()
+        .read(|c| Ok(c.query_row("SELECT count(*) FROM event", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(events, 0);
+    assert_eq!(provider.count(), 0);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_3_a_live_claim_of_a_provably_dead_owner_is_reconciled_at_once_not_reported_busy() {
+    let dir = TestDir::new();
+    let clock = SystemClock::new();
+    {
+        let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+        // Its lock file exists and nobody holds it: the process is gone, but the
+        // lease (30 s from now) has not run out.
+        std::fs::create_dir_all(dir.owners()).unwrap();
+        std::fs::write(dir.owners().join("own_gone.lock"), b"").unwrap();
+        store
+            .conn()
+            .execute(
+                "INSERT INTO owner VALUES ('own_gone', 1, ?1, ?2, ?3)",
+                rusqlite::params![
+                    crate::owner::hostname(),
+                    clock.now_ms(),
+                    dir.owners().join("own_gone.lock").to_string_lossy()
+                ],
+            )
+            .unwrap();
+        interrupted(&mut store, "ses_1", Stage::Streaming, clock.now_ms());
+    }
+    let provider = FakeProvider::new(vec![Answer::text("answer")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    engine.submit("ses_1", "still there?").await.unwrap();
+    assert_eq!(
+        engine.wait_idle("ses_1").await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(
+        kinds(&engine, "ses_1").await,
+        vec![
+            "user",
+            "assistant",
+            "synthetic:continuation",
+            "user",
+            "assistant"
+        ]
+    );
+    engine.shutdown().await.unwrap();
+}

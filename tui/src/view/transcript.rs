@@ -143,12 +143,20 @@ fn assistant(out: &mut Vec<Line<'static>>, theme: &Theme, a: &AssistantData, exp
     if let Some(error) = &a.error
         && !shown_texts.contains(&error.message.as_str())
     {
-        let (symbol, role) = if error.kind == "interrupted" {
-            ("↻ ", Role::Recovered)
+        // A recovery says so in its own part: an interruption left here is the
+        // user's cancellation.
+        if error.kind == "interrupted" {
+            let text = format!("{} (cancelled)", error.message);
+            text_block(out, theme, Some(("⊘ ", Role::Warn)), &text, Role::Warn);
         } else {
-            ("✗ ", Role::Error)
-        };
-        text_block(out, theme, Some((symbol, role)), &error.message, role);
+            text_block(
+                out,
+                theme,
+                Some(("✗ ", Role::Error)),
+                &error.message,
+                Role::Error,
+            );
+        }
     }
 }
 
@@ -305,5 +313,48 @@ mod tests {
         assert_eq!(text(&wrapped), vec!["the quick ", "brown fox ", "jumps"]);
         let long = wrap(vec![Line::from("abcdefghijklmnop qr")], 6);
         assert_eq!(text(&long), vec!["abcdef", "ghijkl", "mnop ", "qr"]);
+    }
+
+    fn assistant_row(data: serde_json::Value) -> MessageRow {
+        MessageRow {
+            id: "msg_a".into(),
+            session_id: "ses_1".into(),
+            seq: 1,
+            time_created: 0,
+            time_updated: 0,
+            data: MessageData::from_json(
+                steward_engine::message::MessageKind::Assistant,
+                &data.to_string(),
+            )
+            .unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_cancellation_reads_as_one_and_a_recovery_as_a_restart() {
+        let theme = Theme { color: false };
+        let cancelled = assistant_row(serde_json::json!({
+            "execution_id": "exe_1", "provider": "p", "model": "m", "time": {"created": 1},
+            "finish": "error",
+            "error": {"type": "interrupted", "message": "Session execution interrupted"},
+            "parts": [{"id": "prt_1", "type": "text", "text": "Half"}]}));
+        let recovered = assistant_row(serde_json::json!({
+            "execution_id": "exe_2", "provider": "p", "model": "m", "time": {"created": 1},
+            "finish": "error",
+            "error": {"type": "interrupted", "message": "Session execution interrupted by server restart"},
+            "parts": [{"id": "recovery:exe_2", "type": "text",
+                       "text": "Session execution interrupted by server restart"}]}));
+        let shown = |row: MessageRow| text(&lines(&theme, &[row], &[], false, 80));
+        assert!(
+            shown(cancelled).contains(&"⊘ Session execution interrupted (cancelled)".to_string())
+        );
+        let restart = shown(recovered);
+        assert_eq!(
+            restart
+                .iter()
+                .filter(|l| l.contains("interrupted by server restart"))
+                .collect::<Vec<_>>(),
+            vec!["↻ Session execution interrupted by server restart"]
+        );
     }
 }

@@ -300,6 +300,9 @@ fn campaign_sigkill_of_the_terminal_interface_mid_turn_is_recovered_and_named_at
         if i == 1 {
             // The command asks first (it is not in tools.allow).
             tui.wait_for("Permission", Duration::from_secs(10));
+            // A key within 400 ms of a question appearing is taken for typing that
+            // ran on, not an answer: answer as a person would, after reading it.
+            std::thread::sleep(Duration::from_millis(600));
             tui.keys("y");
         }
         let reached = tui.wait_for(wait_for, Duration::from_secs(10));
@@ -333,4 +336,53 @@ fn campaign_sigkill_of_the_terminal_interface_mid_turn_is_recovered_and_named_at
         scenario.check(&mut tally, &[(prompt.as_str(), true)]);
     }
     tally.finish("tui");
+}
+
+#[test]
+fn sigterm_during_a_turn_restores_the_terminal_and_leaves_no_claim_behind() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    let config = env.root.path().join("allow.toml");
+    std::fs::write(&config, "[tools]\nallow = [\"run_command\"]\n").unwrap();
+    let config = config.display().to_string();
+    let mut tui = Tui::start(
+        &env,
+        Path::new(&work),
+        &["--script", &script, "--config", &config],
+    );
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.keys("look around\r");
+    assert!(eventually(Duration::from_secs(10), || events_of(&env)
+        .contains(&"tool.started".to_string())));
+    signal(tui.child.id(), "TERM");
+    let status = tui.wait(Duration::from_secs(15));
+    assert!(status.is_some(), "steward did not leave on SIGTERM");
+    assert!(!tui.alternate_screen(), "the alternate screen was not left");
+    assert!(!tui.cursor_hidden(), "the cursor was left hidden");
+    // The turn was stopped and reconciled like a crash: no claim, a wake pending.
+    let inspected: serde_json::Value =
+        serde_json::from_slice(&env.run(&["inspect", "--json"]).stdout).unwrap();
+    assert_eq!(inspected["claims"], serde_json::json!([]), "{inspected:#}");
+    assert_eq!(
+        inspected["wakes"].as_array().unwrap().len(),
+        1,
+        "{inspected:#}"
+    );
+    assert!(env.run(&["doctor"]).status.success());
+}
+
+#[test]
+fn inspect_on_a_terminal_refuses_a_file_that_is_not_a_database_with_exit_3() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    std::fs::create_dir_all(&env.data).unwrap();
+    std::fs::write(env.db(), b"these are not the bytes of a database").unwrap();
+    let before = files(&env);
+    let mut tui = Tui::start(&env, Path::new(&work), &["inspect"]);
+    let status = tui
+        .wait(Duration::from_secs(10))
+        .expect("inspect did not exit");
+    assert_eq!(status.code(), Some(3), "{}", tui.text());
+    assert_eq!(files(&env), before);
 }

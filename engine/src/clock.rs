@@ -112,6 +112,22 @@ impl Clock for ManualClock {
     }
 }
 
+/// The local time zone's offset from UTC at `at_ms`, in seconds (east positive), as
+/// the C library sees it (`TZ`, `/etc/localtime`); 0 when it cannot tell. For
+/// showing times of day: what a screen prints as "14:02:11".
+#[allow(unsafe_code)]
+pub fn local_offset_s(at_ms: i64) -> i32 {
+    let secs = at_ms.div_euclid(1000) as libc::time_t;
+    // SAFETY: `tm` is plain data (all zeroes is a valid value); `localtime_r` reads
+    // `secs` and writes only into the `tm` it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let filled = unsafe { libc::localtime_r(&secs, &mut tm) };
+    if filled.is_null() {
+        return 0;
+    }
+    i32::try_from(tm.tm_gmtoff).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,56 +66,44 @@ impl Config {
 }
 
 /// `text` (a config file) with `tool` added to `tools.allow`, keeping everything
-/// else — comments included — as it was. `allow` is the list in effect (the
-/// default one when the file sets none). Errors when the file's `tools.allow` spans
-/// several lines (the user adds the tool by hand then) or the result would not load.
-pub fn with_allowed_tool(text: &str, allow: &[String], tool: &str) -> Result<String, String> {
-    let mut allow = allow.to_vec();
-    if !allow.iter().any(|t| t == tool) {
-        allow.push(tool.to_string());
-    }
-    let line = format!(
-        "allow = [{}]",
-        allow
-            .iter()
-            .map(|t| format!("{t:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    let header = lines.iter().position(|l| l.trim() == "[tools]");
-    match header {
+/// else — comments, layout, line endings — as it was. The list extended is the
+/// file's own (however it is written: a `[tools]` table, a dotted `tools.allow`, one
+/// line or several), or the default one when the file sets none. Errors when the
+/// file does not parse, or the result would not load.
+pub fn with_allowed_tool(text: &str, tool: &str) -> Result<String, String> {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("the config file does not parse: {e}"))?;
+    let tools = doc
+        .entry("tools")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+    let Some(tools) = tools.as_table_like_mut() else {
+        return Err("`tools` in the config file is not a table".into());
+    };
+    match tools.get_mut("allow") {
+        Some(item) => {
+            let Some(allow) = item.as_array_mut() else {
+                return Err("tools.allow in the config file is not a list".into());
+            };
+            if !allow.iter().any(|t| t.as_str() == Some(tool)) {
+                allow.push(tool);
+            }
+        }
         None => {
-            if lines.last().is_some_and(|l| !l.trim().is_empty()) {
-                lines.push(String::new());
+            let mut allow = toml_edit::Array::new();
+            for t in ToolsConfig::default().allow {
+                allow.push(t);
             }
-            lines.push("[tools]".into());
-            lines.push(line);
-        }
-        Some(at) => {
-            let end = lines[at + 1..]
-                .iter()
-                .position(|l| l.trim_start().starts_with('['))
-                .map_or(lines.len(), |i| at + 1 + i);
-            let existing = (at + 1..end).find(|i| {
-                let l = lines[*i].trim_start();
-                l.strip_prefix("allow")
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            });
-            match existing {
-                Some(i) if lines[i].contains('[') && lines[i].contains(']') => lines[i] = line,
-                Some(_) => {
-                    return Err(
-                        "tools.allow spans several lines in the config file; add the tool there by hand"
-                            .into(),
-                    );
-                }
-                None => lines.insert(at + 1, line),
+            if !allow.iter().any(|t| t.as_str() == Some(tool)) {
+                allow.push(tool);
             }
+            tools.insert("allow", toml_edit::value(allow));
         }
     }
-    let mut out = lines.join("\n");
-    out.push('\n');
+    let mut out = doc.to_string();
+    if text.contains("\r\n") {
+        out = out.replace("\r\n", "\n").replace('\n', "\r\n");
+    }
     let check = Config::from_toml(&out)?;
     if !check.tools.allow.iter().any(|t| t == tool) {
         return Err("the edited config file would not allow the tool".into());
@@ -123,26 +111,31 @@ pub fn with_allowed_tool(text: &str, allow: &[String], tool: &str) -> Result<Str
     Ok(out)
 }
 
-/// Adds `tool` to `tools.allow` in the config file at `path` (created when missing),
-/// replacing the file in one rename.
-pub fn save_allowed_tool(
-    path: &std::path::Path,
-    allow: &[String],
-    tool: &str,
-) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+/// Adds `tool` to `tools.allow` in the config file at `path` (created when
+/// missing), reading the file as it is now. The file is replaced in one rename
+/// beside its real path (a symlinked config stays a symlink) and keeps its mode.
+pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), String> {
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let (text, mode) = match std::fs::read_to_string(&target) {
+        Ok(text) => {
+            let mode = std::fs::metadata(&target).ok().map(|m| m.permissions());
+            (text, mode)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let edited = with_allowed_tool(&text, allow, tool)?;
-    if let Some(dir) = path.parent() {
+    let edited = with_allowed_tool(&text, tool)?;
+    if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let temp = path.with_extension("toml.saving");
+    let temp = target.with_extension("toml.saving");
     std::fs::write(&temp, edited).map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
-    std::fs::rename(&temp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+    if let Some(mode) = mode {
+        std::fs::set_permissions(&temp, mode)
+            .map_err(|e| format!("cannot set the mode of {}: {e}", temp.display()))?;
+    }
+    std::fs::rename(&temp, &target).map_err(|e| format!("cannot replace {}: {e}", target.display()))
 }
 
 /// `[provider]`: which model answers.
@@ -352,29 +345,41 @@ mod tests {
 
     #[test]
     fn a_tool_is_added_to_tools_allow_keeping_the_rest_of_the_file() {
-        let defaults = ToolsConfig::default().allow;
-        let added = with_allowed_tool("", &defaults, "write_file").unwrap();
+        let added = with_allowed_tool("", "write_file").unwrap();
         assert_eq!(
-            added,
-            "[tools]\nallow = [\"read_file\", \"list_dir\", \"write_file\"]\n"
+            Config::from_toml(&added).unwrap().tools.allow,
+            ["read_file", "list_dir", "write_file"]
         );
-        let text = "# my settings\n[tools]\n# keep this\nallow = [\"read_file\"] # mine\n\n[lease]\nlease_ms = 30000\n";
-        let added = with_allowed_tool(text, &["read_file".to_string()], "run_command").unwrap();
+        // The file's own list grows; comments, trailing ones included, stay.
+        let text = "# my settings\n[tools]   # the tools section\n# keep this\nallow = [\"read_file\"] # mine\n\n[lease]\nlease_ms = 30000\n";
+        let added = with_allowed_tool(text, "run_command").unwrap();
         assert_eq!(
             added,
-            "# my settings\n[tools]\n# keep this\nallow = [\"read_file\", \"run_command\"]\n\n[lease]\nlease_ms = 30000\n"
+            "# my settings\n[tools]   # the tools section\n# keep this\nallow = [\"read_file\", \"run_command\"] # mine\n\n[lease]\nlease_ms = 30000\n"
+        );
+        // Saved twice, both stay.
+        let twice = with_allowed_tool(&added, "write_file").unwrap();
+        assert_eq!(
+            Config::from_toml(&twice).unwrap().tools.allow,
+            ["read_file", "run_command", "write_file"]
         );
         let no_allow = "[tools]\ncommand_timeout_ms = 5\n";
-        assert_eq!(
-            with_allowed_tool(no_allow, &defaults, "write_file").unwrap(),
-            "[tools]\nallow = [\"read_file\", \"list_dir\", \"write_file\"]\ncommand_timeout_ms = 5\n"
-        );
+        let config =
+            Config::from_toml(&with_allowed_tool(no_allow, "write_file").unwrap()).unwrap();
+        assert_eq!(config.tools.allow, ["read_file", "list_dir", "write_file"]);
+        assert_eq!(config.tools.command_timeout_ms, 5);
+        // A list over several lines, a dotted key, CRLF line endings.
         let multi = "[tools]\nallow = [\n  \"read_file\",\n]\n";
-        assert!(
-            with_allowed_tool(multi, &defaults, "x")
-                .unwrap_err()
-                .contains("by hand")
+        let multi = with_allowed_tool(multi, "list_dir").unwrap();
+        assert_eq!(
+            Config::from_toml(&multi).unwrap().tools.allow,
+            ["read_file", "list_dir"]
         );
+        let dotted = with_allowed_tool("tools.allow = [\"read_file\"]\n", "list_dir").unwrap();
+        assert_eq!(dotted, "tools.allow = [\"read_file\", \"list_dir\"]\n");
+        let crlf = with_allowed_tool("[lease]\r\nlease_ms = 30000\r\n", "list_dir").unwrap();
+        assert!(!crlf.replace("\r\n", "").contains('\n'), "{crlf:?}");
+        assert!(with_allowed_tool("[tools\n", "list_dir").is_err());
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! and the effects it asks the runtime to carry out ([`Effect`]). [`crate::update`]
 //! is the only code that changes an `App`; [`crate::view`] only reads one.
 
-use std::collections::BTreeSet;
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ratatui::crossterm::event::KeyEvent;
 use ratatui_textarea::TextArea;
 use steward_engine::inspect::pages::{ClaimLine, ClaimOrder, Counts, PageRequest};
-use steward_engine::inspect::{QuarantineView, RecoveryView, SessionSummary, WakeView};
+use steward_engine::inspect::{
+    QuarantineView, RecoveryView, SessionState, SessionSummary, WakeView,
+};
 use steward_engine::owner::{Liveness, OwnerRow};
 use steward_engine::projection::{InputRow, MessageRow, SessionRow};
 use steward_engine::recovery::RecoveryReport;
@@ -20,6 +23,10 @@ use crate::theme::Theme;
 pub const PAGE: usize = 100;
 /// Messages of a transcript loaded at once.
 pub const TRANSCRIPT_PAGE: usize = 200;
+/// A key typed within this many milliseconds of the previous key, or of a question
+/// appearing, does not answer the question: it was typed before the question could
+/// be read.
+pub const TYPE_AHEAD_MS: u64 = 400;
 
 /// Chat with the inspector, or the inspector alone and read-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,12 +162,16 @@ pub struct Inspector {
     pub tab: Tab,
     pub rows: Rows,
     pub selected: usize,
-    /// The page on screen (what a refresh reloads).
+    /// The page asked for (what a refresh reloads); its `reverse` is the sort.
     pub request: PageRequest,
+    /// The page whose rows are on screen (kept when a page asked for is empty).
+    pub shown: PageRequest,
     pub order: ClaimOrder,
     pub filter: String,
     pub editing_filter: bool,
     pub counts: Counts,
+    /// Lines the detail pane is scrolled down.
+    pub detail_scroll: u16,
 }
 
 impl Default for Inspector {
@@ -170,10 +181,12 @@ impl Default for Inspector {
             rows: Rows::Claims(Vec::new()),
             selected: 0,
             request: PageRequest::first(PAGE),
+            shown: PageRequest::first(PAGE),
             order: ClaimOrder::Created,
             filter: String::new(),
             editing_filter: false,
             counts: Counts::default(),
+            detail_scroll: 0,
         }
     }
 }
@@ -184,6 +197,8 @@ pub struct SessionList {
     pub rows: Vec<SessionSummary>,
     pub selected: usize,
     pub request: PageRequest,
+    /// The page whose rows are on screen.
+    pub shown: PageRequest,
 }
 
 impl Default for SessionList {
@@ -192,24 +207,44 @@ impl Default for SessionList {
             rows: Vec::new(),
             selected: 0,
             request: PageRequest::first(PAGE),
+            shown: PageRequest::first(PAGE),
         }
     }
+}
+
+/// What the last frame drew of the transcript, for moves that depend on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rendered {
+    /// Lines of the loaded transcript at the width drawn.
+    pub total: usize,
+    /// Lines that fit.
+    pub height: usize,
+    /// The first line drawn.
+    pub top: usize,
 }
 
 /// The open session's transcript (its newest messages, a page at a time).
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
     pub session: Option<SessionRow>,
+    /// Its state, read with it.
+    pub state: Option<SessionState>,
     pub messages: Vec<MessageRow>,
+    /// Rows of the loaded page that cannot be decoded (shown as a warning).
+    pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
     /// Older messages exist before the first one loaded.
     pub has_older: bool,
     /// How many messages (from the newest) are loaded.
     pub loaded: usize,
-    /// Lines scrolled up from the bottom (0 follows the newest line).
-    pub scroll: usize,
+    /// `None` follows the newest line; `Some(top)` holds the view at line `top`,
+    /// counted from the first line of message `anchor` (so text streaming in below,
+    /// or older messages loaded above, do not move it).
+    pub scroll: Option<usize>,
+    pub anchor: Option<String>,
     /// Tool output shown whole instead of its first lines.
     pub expanded: bool,
+    pub rendered: Cell<Rendered>,
 }
 
 /// What the last launch recovery found, for the header and the panel.
@@ -220,8 +255,21 @@ pub struct Launch {
     pub at_ms: i64,
     /// Recovery wakes pending or parked after it, as (execution, session, parked).
     pub wakes: Vec<(String, String, bool)>,
+    /// Wakes waiting beyond those listed.
+    pub more_wakes: usize,
     /// Whether recovered sessions continue on their own (`recovery.auto_continue`).
     pub auto_continue: bool,
+    /// The titles of the sessions the panel names.
+    pub titles: BTreeMap<String, String>,
+}
+
+/// The last recovery seen: the launch's, or a later one in the background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRecovery {
+    /// When (ms since the epoch).
+    pub at_ms: i64,
+    /// Executions reconciled or quarantined.
+    pub executions: usize,
 }
 
 /// One line of the after-crash panel.
@@ -234,6 +282,10 @@ pub struct PanelLine {
     pub detail: String,
     /// Where Enter goes: the session (chat) or an inspector tab.
     pub target: Option<Tab>,
+    /// Whether `w` and `d` apply (a wake that waits on the user, a quarantined row).
+    pub actionable: bool,
+    /// What was done to it since (`woken`, `discarded`).
+    pub done: Option<String>,
 }
 
 /// An inspector action, confirmed with `y`.
@@ -267,6 +319,8 @@ pub enum Overlay {
     Confirm {
         act: Act,
         execution_id: String,
+        /// The panel line it came from, marked when the action is done.
+        from_panel: Option<usize>,
     },
     /// Quitting while turns run here.
     Quit {
@@ -275,6 +329,8 @@ pub enum Overlay {
     Permission {
         id: u64,
         request: PermissionRequest,
+        /// Lines of the input scrolled.
+        scroll: u16,
     },
 }
 
@@ -302,11 +358,26 @@ pub struct App {
     pub own_claims: Vec<(String, i64)>,
     /// Wall-clock ms, moved by ticks and loads.
     pub now_ms: i64,
-    /// A one-line note in the footer (an action's result, an error).
+    /// A one-line note in the footer (an action's result, an error); the next key
+    /// clears it.
     pub status: Option<String>,
     /// Bumped by every frame drawn while a turn runs (the spinner).
     pub frame: u64,
     pub quit: bool,
+    /// The last recovery seen (the header).
+    pub last_recovery: Option<LastRecovery>,
+    /// Monotonic milliseconds of the message being handled (set by the runtime).
+    pub mono_ms: u64,
+    /// When the previous key arrived.
+    pub last_key_ms: u64,
+    /// When the overlay on top appeared.
+    pub overlay_since: u64,
+    /// The terminal's size.
+    pub size: (u16, u16),
+    /// Quitting waits for cancelled turns to stop.
+    pub quitting: bool,
+    /// The local time zone's offset, for times of day.
+    pub utc_offset_s: i32,
 }
 
 impl App {
@@ -338,6 +409,13 @@ impl App {
             status: None,
             frame: 0,
             quit: false,
+            last_recovery: None,
+            mono_ms: 0,
+            last_key_ms: 0,
+            overlay_since: 0,
+            size: (120, 40),
+            quitting: false,
+            utc_offset_s: 0,
         }
     }
 
@@ -352,11 +430,27 @@ impl App {
             .is_some_and(|s| self.running.contains(s))
     }
 
-    /// Whether something on screen counts down (so the clock must tick).
+    /// Whether something on screen counts down (so the clock must tick): a claim
+    /// whose expiry is still ahead, or a turn running here (its spinner and lease).
     pub fn needs_ticks(&self) -> bool {
-        let claims_visible = self.screen == Screen::Inspector
-            && matches!(&self.inspector.rows, Rows::Claims(rows) if rows.iter().any(|c| c.claim.state == steward_engine::claim::ClaimState::Live));
-        claims_visible || !self.running.is_empty()
+        let counting = self.screen == Screen::Inspector
+            && matches!(&self.inspector.rows, Rows::Claims(rows) if rows.iter().any(|c| {
+                c.claim.recovery_error.is_none()
+                    && c.claim.expires_at.as_i64().is_some_and(|at| at > self.now_ms)
+            }));
+        counting || !self.running.is_empty()
+    }
+
+    /// Whether a permission question of `session` waits for the user.
+    pub fn waits_for_permission(&self, session: &str) -> bool {
+        self.overlay.iter().any(
+            |o| matches!(o, Overlay::Permission { request, .. } if request.session_id == session),
+        )
+    }
+
+    /// Whether the terminal is too small for the layout.
+    pub fn too_small(&self) -> bool {
+        self.size.0 < crate::view::MIN_WIDTH || self.size.1 < crate::view::MIN_HEIGHT
     }
 }
 
@@ -365,7 +459,14 @@ impl App {
 pub enum Msg {
     Key(KeyEvent),
     Paste(String),
-    Resize,
+    /// The terminal's new size.
+    Resize(u16, u16),
+    /// The mouse wheel, over whatever has the focus: up or down.
+    Wheel {
+        up: bool,
+    },
+    /// SIGTERM or SIGHUP: leave as `q` does, without asking.
+    Terminate,
     /// The clock moved (only while something counts down).
     Tick(i64),
     /// The database changed (another process, or this one): reload what is shown.
@@ -379,6 +480,19 @@ pub enum Msg {
     },
     /// An effect finished: a note for the footer.
     Done(Result<String, String>),
+    /// A prompt was not admitted: it goes back into the editor.
+    SubmitFailed {
+        prompt: String,
+        error: String,
+    },
+    /// An inspector action finished (from the panel's line `from_panel`).
+    Acted {
+        result: Result<String, String>,
+        act: Act,
+        from_panel: Option<usize>,
+    },
+    /// Cancelled turns stopped: quitting can go on.
+    Stopped,
     /// A session was created (then opened).
     Created(SessionRow),
     /// The launch recovery's report.
@@ -394,12 +508,18 @@ pub struct Loaded {
     pub transcript: Option<LoadedTranscript>,
     pub rows: Option<(PageRequest, Rows)>,
     pub own_claims: Option<Vec<(String, i64)>>,
+    /// What could not be read (each part of a load stands alone).
+    pub errors: Vec<String>,
 }
 
 #[derive(Debug)]
 pub struct LoadedTranscript {
     pub session: SessionRow,
+    pub state: Option<SessionState>,
+    /// How many of the newest messages were asked for.
+    pub limit: usize,
     pub messages: Vec<MessageRow>,
+    pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
     pub has_older: bool,
 }
@@ -425,7 +545,11 @@ pub enum Effect {
         prompt: String,
     },
     Cancel(String),
-    Act(Act, String),
+    Act {
+        act: Act,
+        execution_id: String,
+        from_panel: Option<usize>,
+    },
     Answer {
         id: u64,
         allow: bool,

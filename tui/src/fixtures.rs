@@ -301,7 +301,15 @@ pub fn launch() -> Launch {
         }),
         at_ms: NOW - 21_000,
         wakes: Vec::new(),
+        more_wakes: 0,
         auto_continue: true,
+        titles: [
+            (SESSION.to_string(), "fix the flaky test".to_string()),
+            ("ses_3".to_string(), "lighthouse".to_string()),
+            ("ses_4".to_string(), "old import".to_string()),
+        ]
+        .into_iter()
+        .collect(),
     }
 }
 
@@ -343,6 +351,13 @@ pub fn chat() -> App {
     });
     app.transcript.messages = recovered_transcript();
     app.transcript.loaded = app.transcript.messages.len();
+    app.transcript.state = Some(steward_engine::inspect::SessionState::Recovered);
+    app.last_recovery = Some(crate::app::LastRecovery {
+        at_ms: NOW - 21_000,
+        executions: 1,
+    });
+    // Long after launch: keys answer questions (see `TYPE_AHEAD_MS`).
+    app.mono_ms = 60_000;
     app
 }
 

@@ -29,10 +29,7 @@ impl Loader {
                     while let Ok(newer) = incoming.try_recv() {
                         view = newer;
                     }
-                    let msg = match load(&mut reader, clock.now_ms(), &view) {
-                        Ok(loaded) => Msg::Loaded(Box::new(loaded)),
-                        Err(e) => Msg::Done(Err(format!("cannot read the database: {e}"))),
-                    };
+                    let msg = Msg::Loaded(Box::new(load(&mut reader, clock.now_ms(), &view)));
                     if inbox.send(msg).is_err() {
                         return;
                     }
@@ -47,54 +44,100 @@ impl Loader {
     }
 }
 
-/// Reads everything `view` needs.
-pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> steward_engine::Result<Loaded> {
+/// Reads everything `view` needs. Each part stands alone: one that cannot be read
+/// is reported in `errors`, and the others are still shown.
+pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
     let mut loaded = Loaded {
         now_ms,
-        counts: Some(reader.counts()?),
         ..Loaded::default()
     };
-    if let Some(request) = &view.sessions {
-        loaded.sessions = Some((request.clone(), reader.sessions(now_ms, request)?));
+    let mut errors = Vec::new();
+    let mut part = |what: &str, e: steward_engine::Error| errors.push(format!("{what}: {e}"));
+    match reader.counts() {
+        Ok(counts) => loaded.counts = Some(counts),
+        Err(e) => part("counts", e),
     }
-    if let Some((session_id, limit)) = &view.transcript
-        && let Some(session) = reader.session(session_id)?
-    {
-        let mut messages = reader.transcript(session_id, None, limit + 1)?;
-        let has_older = messages.len() > *limit;
-        if has_older {
-            messages.remove(0);
+    if let Some(request) = &view.sessions {
+        match reader.sessions(now_ms, request) {
+            Ok(rows) => loaded.sessions = Some((request.clone(), rows)),
+            Err(e) => part("sessions", e),
         }
-        loaded.transcript = Some(LoadedTranscript {
-            pending: reader.pending_inputs(session_id)?,
-            session,
-            messages,
-            has_older,
-        });
+    }
+    if let Some((session_id, limit)) = &view.transcript {
+        match transcript(reader, now_ms, session_id, *limit) {
+            Ok(t) => loaded.transcript = t,
+            Err(e) => part("transcript", e),
+        }
     }
     if let Some((tab, order, request)) = &view.table {
         let rows = match tab {
-            Tab::Claims => Rows::Claims(reader.claims(*order, request, now_ms)?),
-            Tab::Quarantine => Rows::Quarantine(reader.quarantine(request)?),
-            Tab::Wakes => Rows::Wakes(reader.wakes(request)?),
-            Tab::Recoveries => Rows::Recoveries(reader.recoveries(request)?),
-            Tab::Owners => Rows::Owners(reader.owners(request)?),
+            Tab::Claims => reader.claims(*order, request, now_ms).map(Rows::Claims),
+            Tab::Quarantine => reader.quarantine(request).map(Rows::Quarantine),
+            Tab::Wakes => reader.wakes(request).map(Rows::Wakes),
+            Tab::Recoveries => reader.recoveries(request).map(Rows::Recoveries),
+            Tab::Owners => reader.owners(request).map(Rows::Owners),
         };
-        loaded.rows = Some((request.clone(), rows));
+        match rows {
+            Ok(rows) => loaded.rows = Some((request.clone(), rows)),
+            Err(e) => part(&tab.title().to_lowercase(), e),
+        }
     }
     if let Some(owner) = &view.owner_id {
         let mine = PageRequest {
             filter: Some(owner.clone()),
             ..PageRequest::first(100)
         };
-        loaded.own_claims = Some(
-            reader
-                .claims(Default::default(), &mine, now_ms)?
-                .into_iter()
-                .filter(|c| &c.claim.owner_id == owner)
-                .filter_map(|c| Some((c.claim.session_id, c.claim.expires_at.as_i64()?)))
-                .collect(),
-        );
+        match reader.claims(Default::default(), &mine, now_ms) {
+            Ok(claims) => {
+                loaded.own_claims = Some(
+                    claims
+                        .into_iter()
+                        .filter(|c| &c.claim.owner_id == owner)
+                        .filter_map(|c| Some((c.claim.session_id, c.claim.expires_at.as_i64()?)))
+                        .collect(),
+                )
+            }
+            Err(e) => part("this owner's claims", e),
+        }
     }
-    Ok(loaded)
+    loaded.errors = errors;
+    loaded
+}
+
+/// The newest `limit` messages of a session (rows that cannot be decoded set
+/// aside), its pending inputs and its state.
+fn transcript(
+    reader: &mut Reader,
+    now_ms: i64,
+    session_id: &str,
+    limit: usize,
+) -> steward_engine::Result<Option<LoadedTranscript>> {
+    let Some(session) = reader.session(session_id)? else {
+        return Ok(None);
+    };
+    let (mut messages, mut unreadable) = reader.transcript_lenient(session_id, None, limit + 1)?;
+    let has_older = messages.len() + unreadable.len() > limit;
+    if has_older {
+        // The oldest row of the page only says that older ones exist.
+        match (messages.first(), unreadable.first()) {
+            (Some(m), Some(u)) if u.seq < m.seq => {
+                unreadable.remove(0);
+            }
+            (Some(_), _) => {
+                messages.remove(0);
+            }
+            (None, _) => {
+                unreadable.remove(0);
+            }
+        }
+    }
+    Ok(Some(LoadedTranscript {
+        state: reader.session_state(session_id, now_ms)?,
+        pending: reader.pending_inputs(session_id)?,
+        limit,
+        session,
+        messages,
+        unreadable,
+        has_older,
+    }))
 }

@@ -1,7 +1,8 @@
 //! Tool permission through the screen: the engine's [`Permission`] for the TUI. A
 //! request waits for the user's answer in the permission modal; "always" answers are
 //! remembered for the rest of the run. A request nobody can answer any more (the
-//! screen is gone) is denied.
+//! screen is gone: the user quit) is never answered — it is not the user's denial —
+//! and the execution stops with the engine's shutdown, writing nothing.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,14 +74,13 @@ impl Permission for ScreenPermission {
             answer,
         });
         Box::pin(async move {
-            if sent.is_err() {
-                return Decision::Deny(format!(
-                    "Permission denied: nobody could be asked about `{tool}`"
-                ));
+            if sent.is_ok()
+                && let Ok(decision) = answered.await
+            {
+                return decision;
             }
-            answered.await.unwrap_or_else(|_| {
-                Decision::Deny(format!("Permission denied: `{tool}` was not allowed"))
-            })
+            tracing::info!(tool = %tool, "a permission question was left unanswered: the screen closed");
+            std::future::pending().await
         })
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratatui::crossterm::event::{self, Event};
+use ratatui::crossterm::event::{self, Event, MouseEventKind};
 use steward_engine::Engine;
 use steward_engine::clock::SharedClock;
 use steward_engine::inspect::Reader;
@@ -58,7 +58,7 @@ pub enum Leave {
 /// `steward`: the chat, with the inspector a key away. The launch recovery already
 /// ran; its report opens the after-crash panel.
 pub async fn run_chat(
-    engine: &Engine,
+    engine: Arc<Engine>,
     asks: Asks,
     launch: Launch,
     options: Options,
@@ -73,8 +73,10 @@ pub async fn run_chat(
         options.clock.now_ms(),
     );
     app.owner_id = Some(engine.owner_id().to_string());
+    app.utc_offset_s = steward_engine::clock::local_offset_s(app.now_ms);
     let mut taken = Taken::take(options.mouse)?;
-    let mut loop_ = EventLoop::new(reader, &options, Some(engine), Some(asks));
+    app.size = size(&taken);
+    let mut loop_ = EventLoop::new(reader, &options, Some(engine.clone()), Some(asks));
     // Subscribed before reading what already runs: no start is missed.
     app.running = engine.coordinator().running().into_iter().collect();
     loop_.inbox.send(Msg::Launched(launch)).ok();
@@ -83,10 +85,9 @@ pub async fn run_chat(
     leave
 }
 
-/// `steward inspect` on a terminal: the inspector alone, reading only.
-pub async fn run_inspector(options: Options) -> std::io::Result<()> {
-    let reader = Reader::open_even_if_damaged(&options.database, &options.owners_dir)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+/// `steward inspect` on a terminal: the inspector alone, reading only, over
+/// `reader` (opened by the caller, so that a refused file is reported as such).
+pub async fn run_inspector(reader: Reader, options: Options) -> std::io::Result<()> {
     let mut app = App::new(
         Mode::ReadOnly,
         options.data_dir.display().to_string(),
@@ -94,15 +95,25 @@ pub async fn run_inspector(options: Options) -> std::io::Result<()> {
         Theme::from_env(),
         options.clock.now_ms(),
     );
+    app.utc_offset_s = steward_engine::clock::local_offset_s(app.now_ms);
     let mut taken = Taken::take(options.mouse)?;
+    app.size = size(&taken);
     let mut loop_ = EventLoop::new(reader, &options, None, None);
     loop_.inbox.send(Msg::Changed).ok();
     loop_.run(&mut app, &mut taken).await?;
     Ok(())
 }
 
-struct EventLoop<'e> {
-    engine: Option<&'e Engine>,
+fn size(taken: &Taken) -> (u16, u16) {
+    taken
+        .terminal
+        .size()
+        .map(|s| (s.width, s.height))
+        .unwrap_or((80, 24))
+}
+
+struct EventLoop {
+    engine: Option<Arc<Engine>>,
     events: Option<tokio::sync::broadcast::Receiver<steward_engine::runner::EngineEvent>>,
     asks: Option<Asks>,
     loader: Loader,
@@ -112,22 +123,23 @@ struct EventLoop<'e> {
     bell: Arc<Notify>,
     _watcher: Option<Box<dyn std::any::Any>>,
     options: Options,
+    started: std::time::Instant,
 }
 
-impl<'e> EventLoop<'e> {
+impl EventLoop {
     fn new(
         reader: Reader,
         options: &Options,
-        engine: Option<&'e Engine>,
+        engine: Option<Arc<Engine>>,
         asks: Option<Asks>,
-    ) -> EventLoop<'e> {
+    ) -> EventLoop {
         let (inbox, messages) = mpsc::unbounded_channel();
         let loader = Loader::spawn(reader, options.clock.clone(), inbox.clone());
         let bell = Arc::new(Notify::new());
         let watcher = steward_engine::doorbell::watch(&options.data_dir, bell.clone())
             .map(|w| Box::new(w) as Box<dyn std::any::Any>);
         EventLoop {
-            events: engine.map(|e| e.subscribe()),
+            events: engine.as_ref().map(|e| e.subscribe()),
             engine,
             asks,
             loader,
@@ -137,6 +149,7 @@ impl<'e> EventLoop<'e> {
             bell,
             _watcher: watcher,
             options: options.clone(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -145,9 +158,16 @@ impl<'e> EventLoop<'e> {
         let mut dirty = true;
         let mut last_frame = Instant::now() - FRAME;
         let mut poll = tokio::time::interval(POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
         let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut leave = Leave::Quit;
+        // Closing the window (SIGHUP) or `kill` (SIGTERM) leaves as `q` does: the
+        // terminal is restored and running turns are reconciled, never abandoned.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut hangup = signal(SignalKind::hangup())?;
         self.loader.request(view_of(app));
         loop {
             if dirty && last_frame.elapsed() >= FRAME {
@@ -166,9 +186,16 @@ impl<'e> EventLoop<'e> {
                 Some(event) = self.keys.recv() => match event {
                     Event::Key(key) => Msg::Key(key),
                     Event::Paste(text) => Msg::Paste(text),
-                    Event::Resize(..) => Msg::Resize,
+                    Event::Resize(width, height) => Msg::Resize(width, height),
+                    Event::Mouse(mouse) => match mouse.kind {
+                        MouseEventKind::ScrollUp => Msg::Wheel { up: true },
+                        MouseEventKind::ScrollDown => Msg::Wheel { up: false },
+                        _ => continue,
+                    },
                     _ => continue,
                 },
+                _ = terminate.recv() => Msg::Terminate,
+                _ = hangup.recv() => Msg::Terminate,
                 Some(msg) = self.messages.recv() => msg,
                 event = recv_engine(&mut events) => match event {
                     Some(event) => Msg::Engine(event),
@@ -184,8 +211,9 @@ impl<'e> EventLoop<'e> {
                 _ = tokio::time::sleep_until(next_frame), if dirty => continue,
             };
             dirty = true;
+            app.mono_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
             for effect in update(app, msg) {
-                if let Some(chosen) = self.carry_out(app, effect).await {
+                if let Some(chosen) = self.carry_out(app, effect) {
                     leave = chosen;
                 }
             }
@@ -193,53 +221,66 @@ impl<'e> EventLoop<'e> {
     }
 
     /// Carries out one effect. Engine work runs in tasks that report back through
-    /// the inbox; only quitting is waited for here.
-    async fn carry_out(&mut self, app: &mut App, effect: Effect) -> Option<Leave> {
+    /// the inbox, so the screen keeps drawing meanwhile.
+    fn carry_out(&mut self, app: &mut App, effect: Effect) -> Option<Leave> {
         match effect {
             Effect::Load(view) => self.loader.request(view),
             Effect::Submit { session, prompt } => {
-                let engine = self.engine?;
+                let engine = self.engine.clone()?;
                 let inbox = self.inbox.clone();
                 let cwd = self.options.cwd.display().to_string();
-                let session_id = match session {
-                    Some(id) => id,
-                    None => match engine.create_session(&title_from(&prompt), &cwd).await {
-                        Ok(created) => {
-                            let id = created.id.clone();
-                            let _ = inbox.send(Msg::Created(created));
-                            id
-                        }
-                        Err(e) => {
-                            let _ = inbox.send(Msg::Done(Err(e.to_string())));
-                            return None;
-                        }
-                    },
-                };
-                if let Err(e) = engine.submit(&session_id, &prompt).await {
-                    let _ = inbox.send(Msg::Done(Err(e.to_string())));
-                }
+                tokio::spawn(async move {
+                    let session_id = match session {
+                        Some(id) => id,
+                        None => match engine.create_session(&title_from(&prompt), &cwd).await {
+                            Ok(created) => {
+                                let id = created.id.clone();
+                                let _ = inbox.send(Msg::Created(created));
+                                id
+                            }
+                            Err(e) => {
+                                let error = e.to_string();
+                                let _ = inbox.send(Msg::SubmitFailed { prompt, error });
+                                return;
+                            }
+                        },
+                    };
+                    if let Err(e) = engine.submit(&session_id, &prompt).await {
+                        let error = e.to_string();
+                        let _ = inbox.send(Msg::SubmitFailed { prompt, error });
+                    }
+                });
             }
             Effect::Cancel(session) => {
-                if let Some(engine) = self.engine {
+                if let Some(engine) = &self.engine {
                     engine.cancel(&session);
                 }
             }
-            Effect::Act(act, execution_id) => {
-                let engine = self.engine?;
-                let result = match act {
-                    Act::Wake | Act::Retry => {
-                        engine.continue_execution(&execution_id).await.map(|c| {
-                            format!("{} {execution_id}: {} continues", act.verb(), c.session_id)
-                        })
-                    }
-                    Act::Discard => engine
-                        .discard_execution(&execution_id)
-                        .await
-                        .map(|s| format!("discarded {execution_id} ({s})")),
-                };
-                let _ = self
-                    .inbox
-                    .send(Msg::Done(result.map_err(|e| e.to_string())));
+            Effect::Act {
+                act,
+                execution_id,
+                from_panel,
+            } => {
+                let engine = self.engine.clone()?;
+                let inbox = self.inbox.clone();
+                tokio::spawn(async move {
+                    let result = match act {
+                        Act::Wake | Act::Retry => {
+                            engine.continue_execution(&execution_id).await.map(|c| {
+                                format!("{} {execution_id}: {} continues", act.verb(), c.session_id)
+                            })
+                        }
+                        Act::Discard => engine
+                            .discard_execution(&execution_id)
+                            .await
+                            .map(|s| format!("discarded {execution_id} ({s})")),
+                    };
+                    let _ = inbox.send(Msg::Acted {
+                        result: result.map_err(|e| e.to_string()),
+                        act,
+                        from_panel,
+                    });
+                });
             }
             Effect::Answer { id, allow } => {
                 if let Some(asks) = &mut self.asks {
@@ -250,27 +291,30 @@ impl<'e> EventLoop<'e> {
                 if let Some(asks) = &self.asks {
                     asks.allow_always(&tool);
                 }
-                if save && let Some(engine) = self.engine {
-                    let result = steward_engine::config::save_allowed_tool(
-                        &self.options.config_path,
-                        &engine.config().tools.allow,
-                        &tool,
-                    )
-                    .map(|()| {
-                        format!(
-                            "saved `{tool}` to tools.allow in {}",
-                            self.options.config_path.display()
-                        )
-                    });
+                if save && self.engine.is_some() {
+                    let result =
+                        steward_engine::config::save_allowed_tool(&self.options.config_path, &tool)
+                            .map(|()| {
+                                format!(
+                                    "saved `{tool}` to tools.allow in {}",
+                                    self.options.config_path.display()
+                                )
+                            });
                     let _ = self.inbox.send(Msg::Done(result));
                 }
             }
             Effect::Quit { cancel_running } => {
-                if cancel_running && let Some(engine) = self.engine {
-                    for session in app.running.clone() {
-                        engine.cancel(&session);
-                        engine.wait_idle(&session).await;
-                    }
+                if cancel_running && let Some(engine) = self.engine.clone() {
+                    let (running, inbox) = (app.running.clone(), self.inbox.clone());
+                    tokio::spawn(async move {
+                        for session in &running {
+                            engine.cancel(session);
+                        }
+                        for session in &running {
+                            engine.wait_idle(session).await;
+                        }
+                        let _ = inbox.send(Msg::Stopped);
+                    });
                     return Some(Leave::CancelledAndQuit);
                 }
                 return Some(Leave::Quit);

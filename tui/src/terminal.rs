@@ -1,5 +1,7 @@
 //! Taking the terminal and giving it back on every exit path: a normal return, an
-//! error, and a panic (the hook restores before the panic message is printed).
+//! error, and a panic of the screen's thread (the hook restores before the panic
+//! message is printed). A panic on another thread (an engine task, which the
+//! engine survives) goes to the log instead, and the screen stays as it is.
 
 use std::io::{self, Stdout, Write};
 
@@ -26,6 +28,7 @@ pub struct Taken {
 
 impl Taken {
     pub fn take(mouse: bool) -> io::Result<Taken> {
+        let _ = SCREEN_THREAD.set(std::thread::current().id());
         install_panic_hook();
         enable_raw_mode()?;
         let mut out = io::stdout();
@@ -65,13 +68,24 @@ pub fn restore() {
     let _ = out.flush();
 }
 
+/// The thread that draws the screen.
+static SCREEN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
 fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            restore();
-            previous(info);
+            if SCREEN_THREAD.get() == Some(&std::thread::current().id()) {
+                restore();
+                previous(info);
+            } else {
+                tracing::error!(
+                    thread = std::thread::current().name().unwrap_or("unnamed"),
+                    panic = %info,
+                    "a background thread panicked"
+                );
+            }
         }));
     });
 }

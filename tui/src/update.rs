@@ -8,24 +8,76 @@ use steward_engine::phase::Phase;
 use steward_engine::runner::EngineEvent;
 
 use crate::app::{
-    Act, App, Effect, Launch, Loaded, Mode, Msg, Overlay, PAGE, Pane, PanelLine, Rows, Screen,
-    TRANSCRIPT_PAGE, Tab, View,
+    Act, App, Effect, LastRecovery, Launch, Loaded, Mode, Msg, Overlay, PAGE, Pane, PanelLine,
+    Rows, Screen, TRANSCRIPT_PAGE, TYPE_AHEAD_MS, Tab, View,
 };
 use crate::keymap::{Context, KeyAction, lookup};
 
 /// Applies `msg` to `app`; returns what the runtime must do.
 pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
+    let top = overlay_identity(app);
+    let effects = handle(app, msg);
+    if overlay_identity(app) != top {
+        app.overlay_since = app.mono_ms;
+    }
+    effects
+}
+
+/// What identifies the overlay on top (to tell when a new one appears).
+fn overlay_identity(app: &App) -> (usize, Option<std::mem::Discriminant<Overlay>>) {
+    (
+        app.overlay.len(),
+        app.overlay.last().map(std::mem::discriminant),
+    )
+}
+
+fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
     match msg {
-        Msg::Key(key) => on_key(app, key),
+        Msg::Key(key) => {
+            let effects = on_key(app, key);
+            app.last_key_ms = app.mono_ms;
+            effects
+        }
         Msg::Paste(text) => {
-            if app.inspector.editing_filter {
-                app.inspector.filter.push_str(text.trim_end_matches('\n'));
+            // Terminals send CR (or CRLF) for the line breaks of a paste.
+            let text = text.replace("\r\n", "\n").replace('\r', "\n");
+            if !app.overlay.is_empty() {
+                return Vec::new();
+            }
+            if app.screen == Screen::Inspector && app.inspector.editing_filter {
+                app.inspector
+                    .filter
+                    .push_str(text.lines().next().unwrap_or_default());
+                return refilter(app);
             } else if app.screen == Screen::Chat && app.pane == Pane::Prompt {
                 app.prompt.insert_str(text);
             }
             Vec::new()
         }
-        Msg::Resize => Vec::new(),
+        Msg::Resize(width, height) => {
+            app.size = (width, height);
+            Vec::new()
+        }
+        Msg::Wheel { up } => {
+            if app.too_small() {
+                return Vec::new();
+            }
+            let action = if up { KeyAction::Up } else { KeyAction::Down };
+            if app.overlay.is_empty() && app.screen == Screen::Chat && app.pane == Pane::Prompt {
+                // The wheel scrolls the conversation, not the prompt.
+                app.pane = Pane::Transcript;
+                let effects = navigate(app, action);
+                app.pane = Pane::Prompt;
+                return effects;
+            }
+            navigate(app, action)
+        }
+        Msg::Terminate => {
+            app.quit = true;
+            vec![Effect::Quit {
+                cancel_running: false,
+            }]
+        }
 
         Msg::Tick(now) => {
             app.now_ms = now;
@@ -38,7 +90,21 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Permission { id, request } => {
-            app.overlay.push(Overlay::Permission { id, request });
+            // Shown under the questions already open, so a question never replaces
+            // the one being read; it comes up when that one is answered.
+            let at = app
+                .overlay
+                .iter()
+                .position(|o| matches!(o, Overlay::Permission { .. }))
+                .unwrap_or(app.overlay.len());
+            app.overlay.insert(
+                at,
+                Overlay::Permission {
+                    id,
+                    request,
+                    scroll: 0,
+                },
+            );
             Vec::new()
         }
         Msg::Done(result) => {
@@ -47,6 +113,40 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
                 Err(error) => format!("error: {error}"),
             });
             vec![load(app)]
+        }
+        Msg::SubmitFailed { prompt, error } => {
+            // Nothing was admitted: the text goes back where it was typed.
+            if app.prompt.is_empty() {
+                app.prompt = fresh_prompt();
+                app.prompt.insert_str(prompt);
+            }
+            app.status = Some(format!("error: {error}"));
+            vec![load(app)]
+        }
+        Msg::Acted {
+            result,
+            act,
+            from_panel,
+        } => {
+            if result.is_ok()
+                && let Some(i) = from_panel
+            {
+                for overlay in &mut app.overlay {
+                    if let Overlay::Panel { lines, .. } = overlay
+                        && let Some(line) = lines.get_mut(i)
+                    {
+                        line.done = Some(match act {
+                            Act::Wake | Act::Retry => "woken".into(),
+                            Act::Discard => "discarded".into(),
+                        });
+                    }
+                }
+            }
+            handle(app, Msg::Done(result))
+        }
+        Msg::Stopped => {
+            app.quit = true;
+            Vec::new()
         }
         Msg::Created(session) => {
             app.transcript = Default::default();
@@ -59,6 +159,14 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
         }
         Msg::Launched(launch) => {
             let lines = panel_lines(&launch);
+            if let Some(report) = &launch.report
+                && !(report.recovered.is_empty() && report.quarantined.is_empty())
+            {
+                app.last_recovery = Some(LastRecovery {
+                    at_ms: launch.at_ms,
+                    executions: report.recovered.len() + report.quarantined.len(),
+                });
+            }
             app.launch = launch;
             if !lines.is_empty() {
                 app.overlay.push(Overlay::Panel { lines, selected: 0 });
@@ -76,7 +184,7 @@ pub fn view_of(app: &App) -> View {
         sessions: (app.mode == Mode::Chat).then(|| app.sessions.request.clone()),
         transcript: app
             .current_session()
-            .map(|s| (s.to_string(), app.transcript.loaded.max(TRANSCRIPT_PAGE))),
+            .map(|s| (s.to_string(), transcript_limit(app))),
         table: (app.screen == Screen::Inspector).then_some((
             app.inspector.tab,
             app.inspector.order,
@@ -86,19 +194,49 @@ pub fn view_of(app: &App) -> View {
     }
 }
 
+/// How many of the newest messages the transcript loads.
+fn transcript_limit(app: &App) -> usize {
+    app.transcript.loaded.max(TRANSCRIPT_PAGE)
+}
+
 fn load(app: &App) -> Effect {
     Effect::Load(view_of(app))
 }
 
 fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
     match event {
-        EngineEvent::Committed(_) | EngineEvent::Finished { .. } => vec![load(app)],
+        EngineEvent::Committed(record) => {
+            if matches!(
+                record.event,
+                steward_engine::events::Event::StepRecovered { .. }
+            ) {
+                // A recovery after launch (a crash elsewhere, reconciled here).
+                let executions = match app.last_recovery {
+                    Some(last) if record.time_created - last.at_ms < 1_000 => last.executions + 1,
+                    _ => 1,
+                };
+                app.last_recovery = Some(LastRecovery {
+                    at_ms: record.time_created,
+                    executions,
+                });
+            }
+            vec![load(app)]
+        }
+        EngineEvent::Finished { .. } => vec![load(app)],
         EngineEvent::Running { session_id } => {
             app.running.insert(session_id);
             Vec::new()
         }
         EngineEvent::Idle { session_id } => {
             app.running.remove(&session_id);
+            if app
+                .status
+                .as_deref()
+                .is_some_and(|s| s.starts_with("cancelling"))
+                && app.current_session() == Some(session_id.as_str())
+            {
+                app.status = None;
+            }
             // A permission question of a session that stopped can no longer matter.
             app.overlay.retain(|o| {
                 !matches!(o, Overlay::Permission { request, .. } if request.session_id == session_id)
@@ -115,9 +253,23 @@ fn apply(app: &mut App, loaded: Loaded) {
         app.counts = counts;
         app.inspector.counts = counts;
     }
+    if !loaded.errors.is_empty() {
+        app.status = Some(format!("cannot read: {}", loaded.errors.join("; ")));
+    }
     if let Some((request, rows)) = loaded.sessions
         && request == app.sessions.request
     {
+        if rows.is_empty() && !request.is_first() {
+            // Past the last row (or before the first): stay on the page shown.
+            app.sessions.request = app.sessions.shown.clone();
+            app.sessions.selected = if request.after.is_some() {
+                app.sessions.rows.len().saturating_sub(1)
+            } else {
+                0
+            };
+            return apply_rest(app, loaded.transcript, loaded.rows, loaded.own_claims);
+        }
+        app.sessions.shown = request;
         let selected = app
             .sessions
             .rows
@@ -129,21 +281,45 @@ fn apply(app: &mut App, loaded: Loaded) {
             .unwrap_or(app.sessions.selected)
             .min(app.sessions.rows.len().saturating_sub(1));
     }
-    if let Some(t) = loaded.transcript
+    apply_rest(app, loaded.transcript, loaded.rows, loaded.own_claims);
+}
+
+fn apply_rest(
+    app: &mut App,
+    transcript: Option<crate::app::LoadedTranscript>,
+    rows: Option<(PageRequest, Rows)>,
+    own_claims: Option<Vec<(String, i64)>>,
+) {
+    // A transcript counts only for the session and the length still asked for.
+    if let Some(t) = transcript
         && app.current_session() == Some(t.session.id.as_str())
+        && t.limit == transcript_limit(app)
     {
-        app.transcript.loaded = t.messages.len();
+        if app.transcript.scroll.is_some() && app.transcript.anchor.is_none() {
+            app.transcript.anchor = app.transcript.messages.first().map(|m| m.id.clone());
+        }
+        app.transcript.loaded = t.messages.len() + t.unreadable.len();
         app.transcript.messages = t.messages;
+        app.transcript.unreadable = t.unreadable;
         app.transcript.pending = t.pending;
         app.transcript.has_older = t.has_older;
+        app.transcript.state = t.state;
         app.transcript.session = Some(t.session);
     }
-    if let Some((request, rows)) = loaded.rows
+    if let Some((request, rows)) = rows
         && rows.tab() == app.inspector.tab
     {
         let mut current = app.inspector.request.clone();
         current.filter = Some(app.inspector.filter.clone()).filter(|f| !f.is_empty());
-        if request == current {
+        if request == current && rows.is_empty() && !request.is_first() {
+            app.inspector.request = app.inspector.shown.clone();
+            app.inspector.selected = if request.after.is_some() {
+                app.inspector.rows.len().saturating_sub(1)
+            } else {
+                0
+            };
+        } else if request == current {
+            app.inspector.shown = app.inspector.request.clone();
             let key = app
                 .inspector
                 .rows
@@ -159,7 +335,7 @@ fn apply(app: &mut App, loaded: Loaded) {
                 .min(n.saturating_sub(1));
         }
     }
-    if let Some(own) = loaded.own_claims {
+    if let Some(own) = own_claims {
         app.own_claims = own;
     }
 }
@@ -168,9 +344,8 @@ fn apply(app: &mut App, loaded: Loaded) {
 fn contexts(app: &App) -> Vec<Context> {
     match app.overlay.last() {
         Some(Overlay::Help { .. }) => return vec![Context::Help, Context::Always],
-        Some(Overlay::Panel { .. }) => {
-            return vec![Context::Panel, Context::Global, Context::Always];
-        }
+        // Only the panel's own keys: a word typed at launch must not quit.
+        Some(Overlay::Panel { .. }) => return vec![Context::Panel, Context::Always],
         Some(Overlay::Confirm { .. } | Overlay::Quit { .. }) => {
             return vec![Context::Confirm, Context::Always];
         }
@@ -204,19 +379,45 @@ fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     if key.kind == ratatui::crossterm::event::KeyEventKind::Release {
         return Vec::new();
     }
+    let previous_key = app.last_key_ms;
+    app.status = None;
+    if app.too_small() {
+        // Nothing is visible to type into or act on: only leaving works.
+        let quits = matches!(key.code, KeyCode::Char('q'))
+            || (key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL));
+        return if quits { quit(app) } else { Vec::new() };
+    }
     match lookup(&contexts(app), &key) {
-        Some(action) => act(app, action),
-        None => {
-            type_key(app, key);
+        Some(action) if is_answer(action) && typed_ahead(app, &key, previous_key) => {
+            app.status = Some("typed before the question appeared: read it, then answer".into());
             Vec::new()
         }
+        Some(action) => act(app, action),
+        None => type_key(app, key),
     }
 }
 
+/// Whether `action` answers a question (decides something for the user).
+fn is_answer(action: KeyAction) -> bool {
+    use KeyAction as A;
+    matches!(
+        action,
+        A::Yes | A::CancelAndQuit | A::AllowOnce | A::AllowAlways | A::AllowAndSave | A::Deny
+    )
+}
+
+/// Whether a letter came too soon — after the question appeared, or after the
+/// previous key — to be an answer to the question rather than typing that ran on.
+fn typed_ahead(app: &App, key: &KeyEvent, previous_key: u64) -> bool {
+    matches!(key.code, KeyCode::Char(_))
+        && (app.mono_ms.saturating_sub(app.overlay_since) < TYPE_AHEAD_MS
+            || app.mono_ms.saturating_sub(previous_key) < TYPE_AHEAD_MS)
+}
+
 /// A key no binding takes: text for the prompt or the filter.
-fn type_key(app: &mut App, key: KeyEvent) {
+fn type_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     if !app.overlay.is_empty() {
-        return;
+        return Vec::new();
     }
     if app.screen == Screen::Inspector && app.inspector.editing_filter {
         match key.code {
@@ -226,13 +427,25 @@ fn type_key(app: &mut App, key: KeyEvent) {
             KeyCode::Backspace => {
                 app.inspector.filter.pop();
             }
-            _ => {}
+            _ => return Vec::new(),
         }
-        return;
+        return refilter(app);
     }
     if app.screen == Screen::Chat && app.pane == Pane::Prompt {
         app.prompt.input(key);
     }
+    Vec::new()
+}
+
+/// The filter changed: the table shows its first matching page.
+fn refilter(app: &mut App) -> Vec<Effect> {
+    app.inspector.request = PageRequest {
+        reverse: app.inspector.request.reverse,
+        ..PageRequest::first(PAGE)
+    };
+    app.inspector.selected = 0;
+    app.inspector.detail_scroll = 0;
+    vec![load(app)]
 }
 
 fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
@@ -250,13 +463,24 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             }
             _ => Vec::new(),
         },
-        A::Interrupt => match app.current_session().map(str::to_string) {
-            Some(s) if app.current_is_running() && app.overlay.is_empty() => {
+        A::Interrupt => {
+            // With a permission question open, Ctrl-C cancels the turn that asks.
+            if let Some(Overlay::Permission { request, .. }) = app.overlay.last() {
+                let session = request.session_id.clone();
+                app.overlay.pop();
                 app.status = Some("cancelling the turn…".into());
-                vec![Effect::Cancel(s)]
+                // Not answered: the cancellation ends the wait, and nothing is
+                // recorded as the user's denial.
+                return vec![Effect::Cancel(session)];
             }
-            _ => quit(app),
-        },
+            match app.current_session().map(str::to_string) {
+                Some(s) if app.current_is_running() && app.overlay.is_empty() => {
+                    app.status = Some("cancelling the turn…".into());
+                    vec![Effect::Cancel(s)]
+                }
+                _ => quit(app),
+            }
+        }
         A::Quit => quit(app),
         A::NextPane | A::PrevPane => {
             if app.screen == Screen::Chat {
@@ -268,6 +492,14 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             Vec::new()
         }
         A::Up | A::Down | A::Top | A::Bottom | A::PageUp | A::PageDown => navigate(app, action),
+        A::DetailUp => {
+            app.inspector.detail_scroll = app.inspector.detail_scroll.saturating_sub(3);
+            Vec::new()
+        }
+        A::DetailDown => {
+            app.inspector.detail_scroll = app.inspector.detail_scroll.saturating_add(3);
+            Vec::new()
+        }
         A::NewSession => {
             // A draft: the session is created, in the current directory and titled
             // after the prompt, when the first prompt is sent.
@@ -309,14 +541,20 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             Vec::new()
         }
         A::CycleSort => {
-            if app.inspector.tab == Tab::Claims {
-                app.inspector.order = match app.inspector.order {
-                    ClaimOrder::Created => ClaimOrder::Session,
-                    ClaimOrder::Session => ClaimOrder::Created,
-                };
-                app.inspector.request = PageRequest::first(PAGE);
-                app.inspector.selected = 0;
-            }
+            // Oldest first, newest first; Claims also by session.
+            let reverse = app.inspector.request.reverse;
+            let (order, reverse) = match (app.inspector.tab, app.inspector.order, reverse) {
+                (Tab::Claims, ClaimOrder::Created, false) => (ClaimOrder::Created, true),
+                (Tab::Claims, ClaimOrder::Created, true) => (ClaimOrder::Session, false),
+                (Tab::Claims, ClaimOrder::Session, _) => (ClaimOrder::Created, false),
+                (_, order, reverse) => (order, !reverse),
+            };
+            app.inspector.order = order;
+            app.inspector.request = PageRequest {
+                reverse,
+                ..PageRequest::first(PAGE)
+            };
+            app.inspector.selected = 0;
             vec![load(app)]
         }
         A::Wake => ask(app, Act::Wake),
@@ -327,7 +565,15 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             Vec::new()
         }
         A::Yes => match app.overlay.pop() {
-            Some(Overlay::Confirm { act, execution_id }) => vec![Effect::Act(act, execution_id)],
+            Some(Overlay::Confirm {
+                act,
+                execution_id,
+                from_panel,
+            }) => vec![Effect::Act {
+                act,
+                execution_id,
+                from_panel,
+            }],
             Some(Overlay::Quit { .. }) => {
                 app.quit = true;
                 vec![Effect::Quit {
@@ -339,7 +585,9 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
         A::CancelAndQuit => match app.overlay.last() {
             Some(Overlay::Quit { .. }) => {
                 app.overlay.pop();
-                app.quit = true;
+                // Quits once the cancelled turns have stopped (`Msg::Stopped`).
+                app.quitting = true;
+                app.status = Some("cancelling the running turns, then quitting…".into());
                 vec![Effect::Quit {
                     cancel_running: true,
                 }]
@@ -360,7 +608,7 @@ fn send(app: &mut App) -> Vec<Effect> {
         return Vec::new();
     }
     app.prompt = fresh_prompt();
-    app.transcript.scroll = 0;
+    app.transcript.scroll = None;
     vec![Effect::Submit {
         session: app.current_session().map(str::to_string),
         prompt: text,
@@ -375,6 +623,9 @@ fn fresh_prompt() -> ratatui_textarea::TextArea<'static> {
 }
 
 fn quit(app: &mut App) -> Vec<Effect> {
+    if app.quitting {
+        return Vec::new();
+    }
     if app.running.is_empty() {
         app.quit = true;
         return vec![Effect::Quit {
@@ -395,6 +646,9 @@ fn switch_tab(app: &mut App, tab: Tab) {
         app.inspector.rows = empty_rows(tab);
         app.inspector.selected = 0;
         app.inspector.request = PageRequest::first(PAGE);
+        app.inspector.shown = PageRequest::first(PAGE);
+        app.inspector.order = ClaimOrder::Created;
+        app.inspector.detail_scroll = 0;
     }
 }
 
@@ -409,7 +663,7 @@ fn empty_rows(tab: Tab) -> Rows {
 }
 
 /// Moves the selection (or the scroll) of what has the focus; at the edge of a page
-/// the next or previous page is loaded.
+/// the next or previous page is loaded, and `g`/`G` go to the first or last page.
 fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
     use KeyAction as A;
     match app.overlay.last_mut() {
@@ -417,94 +671,155 @@ fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
             *scroll = match action {
                 A::Up => scroll.saturating_sub(1),
                 A::Down => *scroll + 1,
+                A::PageUp => scroll.saturating_sub(10),
+                A::PageDown => *scroll + 10,
+                A::Top => 0,
                 _ => *scroll,
             };
+            // The view stops at the last line.
+            *scroll = (*scroll).min(crate::keymap::help_lines().len() + 12);
             return Vec::new();
         }
         Some(Overlay::Panel { lines, selected }) => {
             *selected = step(*selected, lines.len(), action);
             return Vec::new();
         }
+        Some(Overlay::Permission {
+            scroll, request, ..
+        }) => {
+            // At most the input's own lines (the view stops at its last line).
+            let most = serde_json::to_string_pretty(&request.input)
+                .map(|t| t.lines().count())
+                .unwrap_or(0);
+            *scroll = match action {
+                A::Up => scroll.saturating_sub(1),
+                A::Down => scroll.saturating_add(1),
+                _ => *scroll,
+            }
+            .min(u16::try_from(most).unwrap_or(u16::MAX));
+            return Vec::new();
+        }
         Some(_) => return Vec::new(),
         None => {}
     }
     if app.screen == Screen::Inspector {
-        let n = app.inspector.rows.len();
-        let edge_down = matches!(action, A::Down | A::PageDown) && app.inspector.selected + 1 >= n;
-        let edge_up = matches!(action, A::Up | A::PageUp) && app.inspector.selected == 0;
-        let order = app.inspector.order;
+        let i = &mut app.inspector;
+        let n = i.rows.len();
+        let order = i.order;
+        let page = |i: &crate::app::Inspector| PageRequest {
+            reverse: i.request.reverse,
+            ..PageRequest::first(PAGE)
+        };
+        let edge_down = matches!(action, A::Down | A::PageDown) && i.selected + 1 >= n;
+        let edge_up = matches!(action, A::Up | A::PageUp) && i.selected == 0;
+        i.detail_scroll = 0;
         if edge_down && n == PAGE {
-            app.inspector.request = PageRequest {
-                after: app.inspector.rows.key(n - 1, order),
-                ..PageRequest::first(PAGE)
+            i.request = PageRequest {
+                after: i.rows.key(n - 1, order),
+                ..page(i)
             };
-            app.inspector.selected = 0;
+            i.selected = 0;
             return vec![load(app)];
         }
-        if edge_up && app.inspector.request != PageRequest::first(PAGE) {
-            app.inspector.request = PageRequest {
-                before: app.inspector.rows.key(0, order),
-                ..PageRequest::first(PAGE)
+        if edge_up && !i.shown.is_first() && n > 0 {
+            i.request = PageRequest {
+                before: i.rows.key(0, order),
+                ..page(i)
             };
-            app.inspector.selected = PAGE - 1;
+            i.selected = PAGE - 1;
             return vec![load(app)];
         }
-        if action == A::Top && app.inspector.request != PageRequest::first(PAGE) {
-            app.inspector.request = PageRequest::first(PAGE);
-            app.inspector.selected = 0;
+        if action == A::Top && !i.shown.is_first() {
+            i.request = page(i);
+            i.selected = 0;
             return vec![load(app)];
         }
-        app.inspector.selected = step(app.inspector.selected, n, action);
+        if action == A::Bottom && n == PAGE && !i.shown.last {
+            i.request = PageRequest {
+                last: true,
+                ..page(i)
+            };
+            i.selected = PAGE - 1;
+            return vec![load(app)];
+        }
+        i.selected = step(i.selected, n, action);
         return Vec::new();
     }
     match app.pane {
         Pane::Sessions => {
-            let n = app.sessions.rows.len();
-            if matches!(action, A::Down | A::PageDown)
-                && app.sessions.selected + 1 >= n
-                && n == PAGE
-            {
-                app.sessions.request = PageRequest {
-                    after: app.sessions.rows.last().map(|s| s.id.clone()),
+            let list = &mut app.sessions;
+            let n = list.rows.len();
+            if matches!(action, A::Down | A::PageDown) && list.selected + 1 >= n && n == PAGE {
+                list.request = PageRequest {
+                    after: list.rows.last().map(|s| s.id.clone()),
                     ..PageRequest::first(PAGE)
                 };
-                app.sessions.selected = 0;
+                list.selected = 0;
                 return vec![load(app)];
             }
             if matches!(action, A::Up | A::PageUp)
-                && app.sessions.selected == 0
-                && app.sessions.request != PageRequest::first(PAGE)
+                && list.selected == 0
+                && !list.shown.is_first()
+                && n > 0
             {
-                app.sessions.request = PageRequest {
-                    before: app.sessions.rows.first().map(|s| s.id.clone()),
+                list.request = PageRequest {
+                    before: list.rows.first().map(|s| s.id.clone()),
                     ..PageRequest::first(PAGE)
                 };
-                app.sessions.selected = PAGE - 1;
+                list.selected = PAGE - 1;
                 return vec![load(app)];
             }
-            app.sessions.selected = step(app.sessions.selected, n, action);
-            Vec::new()
-        }
-        Pane::Transcript => {
-            let t = &mut app.transcript;
-            t.scroll = match action {
-                A::Up => t.scroll + 1,
-                A::Down => t.scroll.saturating_sub(1),
-                A::PageUp => t.scroll + 10,
-                A::PageDown => t.scroll.saturating_sub(10),
-                A::Top => usize::MAX / 2,
-                A::Bottom => 0,
-                _ => t.scroll,
-            };
-            // Scrolling up towards the top of what is loaded loads older messages.
-            if matches!(action, A::Up | A::PageUp | A::Top) && t.has_older {
-                t.loaded = t.loaded.max(TRANSCRIPT_PAGE) + TRANSCRIPT_PAGE;
+            if action == A::Top && !list.shown.is_first() {
+                list.request = PageRequest::first(PAGE);
+                list.selected = 0;
                 return vec![load(app)];
             }
+            if action == A::Bottom && n == PAGE && !list.shown.last {
+                list.request = PageRequest::last(PAGE);
+                list.selected = PAGE - 1;
+                return vec![load(app)];
+            }
+            list.selected = step(list.selected, n, action);
             Vec::new()
         }
+        Pane::Transcript => scroll_transcript(app, action),
         Pane::Prompt => Vec::new(),
     }
+}
+
+/// Scrolls the transcript by what the last frame drew: up holds the view at a line
+/// (anchored to the first message loaded), down to the end follows the newest line
+/// again. Reaching the top of what is loaded loads an older page, if any.
+fn scroll_transcript(app: &mut App, action: KeyAction) -> Vec<Effect> {
+    use KeyAction as A;
+    let t = &mut app.transcript;
+    let drawn = t.rendered.get();
+    let bottom = drawn.total.saturating_sub(drawn.height);
+    let top = match t.scroll {
+        None => bottom,
+        Some(_) => drawn.top.min(bottom),
+    };
+    let page = drawn.height.saturating_sub(1).max(1);
+    let next = match action {
+        A::Up => top.saturating_sub(1),
+        A::PageUp => top.saturating_sub(page),
+        A::Down => top + 1,
+        A::PageDown => top + page,
+        A::Top => 0,
+        _ => bottom,
+    };
+    if next >= bottom {
+        t.scroll = None;
+        t.anchor = None;
+        return Vec::new();
+    }
+    t.scroll = Some(next);
+    t.anchor = t.messages.first().map(|m| m.id.clone());
+    if next == 0 && t.has_older && matches!(action, A::Up | A::PageUp | A::Top) {
+        t.loaded = t.loaded.max(TRANSCRIPT_PAGE) + TRANSCRIPT_PAGE;
+        return vec![load(app)];
+    }
+    Vec::new()
 }
 
 fn step(selected: usize, len: usize, action: KeyAction) -> usize {
@@ -532,7 +847,7 @@ fn open(app: &mut App) -> Vec<Effect> {
                 app.screen = Screen::Inspector;
                 switch_tab(app, tab);
                 app.inspector.filter = line.execution_id;
-                vec![load(app)]
+                refilter(app)
             }
             None => open_session(app, &line.session_id),
         };
@@ -540,9 +855,7 @@ fn open(app: &mut App) -> Vec<Effect> {
     if app.screen == Screen::Inspector {
         if app.inspector.editing_filter {
             app.inspector.editing_filter = false;
-            app.inspector.request = PageRequest::first(PAGE);
-            app.inspector.selected = 0;
-            return vec![load(app)];
+            return refilter(app);
         }
         return Vec::new();
     }
@@ -590,9 +903,7 @@ fn close(app: &mut App) -> Vec<Effect> {
     if app.screen == Screen::Inspector && app.inspector.editing_filter {
         app.inspector.editing_filter = false;
         app.inspector.filter.clear();
-        app.inspector.request = PageRequest::first(PAGE);
-        app.inspector.selected = 0;
-        return vec![load(app)];
+        return refilter(app);
     }
     Vec::new()
 }
@@ -611,36 +922,57 @@ fn ask(app: &mut App, act: Act) -> Vec<Effect> {
         return Vec::new();
     }
     let target = match app.overlay.last() {
-        Some(Overlay::Panel { lines, selected }) => lines
-            .get(*selected)
-            .map(|l| (l.execution_id.clone(), l.target)),
+        Some(Overlay::Panel { lines, selected }) => match lines.get(*selected) {
+            Some(line) if line.done.is_some() => {
+                app.status = Some(format!(
+                    "already {}",
+                    line.done.as_deref().unwrap_or_default()
+                ));
+                return Vec::new();
+            }
+            Some(line) if !line.actionable => {
+                app.status = Some(format!(
+                    "{} does not apply: {}",
+                    act.verb(),
+                    if line.symbol == "↻" {
+                        "its continuation runs on its own"
+                    } else {
+                        "nothing waits here"
+                    }
+                ));
+                return Vec::new();
+            }
+            Some(line) => Some((line.execution_id.clone(), Some(*selected))),
+            None => None,
+        },
         Some(_) => return Vec::new(),
         None => {
+            if let Some(reason) = not_applicable(app, act) {
+                app.status = Some(reason);
+                return Vec::new();
+            }
             let i = app.inspector.selected;
             app.inspector
                 .rows
                 .execution(i)
                 .filter(|_| app.screen == Screen::Inspector)
-                .map(|e| (e, Some(app.inspector.tab)))
+                .map(|e| (e, None))
         }
     };
-    let Some((execution_id, _)) = target else {
+    let Some((execution_id, from_panel)) = target else {
         app.status = Some(format!("nothing to {} here", act.verb()));
         return Vec::new();
     };
-    if let Some(reason) = not_applicable(app, act) {
-        app.status = Some(reason);
-        return Vec::new();
-    }
-    app.overlay.push(Overlay::Confirm { act, execution_id });
+    app.overlay.push(Overlay::Confirm {
+        act,
+        execution_id,
+        from_panel,
+    });
     Vec::new()
 }
 
 /// Why `act` does not apply to the selected inspector row, if it does not.
 fn not_applicable(app: &App, act: Act) -> Option<String> {
-    if !app.overlay.is_empty() {
-        return None;
-    }
     let i = app.inspector.selected;
     let ok = match (&app.inspector.rows, act) {
         (Rows::Quarantine(r), Act::Retry) => r.get(i).is_some_and(|q| q.kind == "claim"),
@@ -660,7 +992,7 @@ fn not_applicable(app: &App, act: Act) -> Option<String> {
 }
 
 fn answer(app: &mut App, action: KeyAction) -> Vec<Effect> {
-    let Some(Overlay::Permission { id, request }) = app.overlay.pop() else {
+    let Some(Overlay::Permission { id, request, .. }) = app.overlay.pop() else {
         return Vec::new();
     };
     let allow = action != KeyAction::Deny;
@@ -690,7 +1022,7 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
         if r.parked {
             detail.push("parked: interrupted repeatedly, continue with w".to_string());
         } else if launch.auto_continue {
-            detail.push("continuation running".to_string());
+            detail.push("continuation started".to_string());
         } else {
             detail.push("continuation waits for you (w)".to_string());
         }
@@ -712,6 +1044,8 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             what: format!("phase {}", r.phase.as_str()),
             detail: format!("{text} · {}", detail.join(" · ")),
             target: r.parked.then_some(Tab::Quarantine),
+            actionable: r.parked || !launch.auto_continue,
+            done: None,
         });
     }
     for q in &report.quarantined {
@@ -722,6 +1056,8 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             what: "quarantined".into(),
             detail: q.reason.clone(),
             target: Some(Tab::Quarantine),
+            actionable: true,
+            done: None,
         });
     }
     let reported: Vec<&str> = lines.iter().map(|l| l.execution_id.as_str()).collect();
@@ -746,9 +1082,23 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
                 "waiting to be woken: w wakes it now".into()
             },
             target: Some(if *parked { Tab::Quarantine } else { Tab::Wakes }),
+            actionable: true,
+            done: None,
         });
     }
     lines.extend(waiting);
+    if launch.more_wakes > 0 {
+        lines.push(PanelLine {
+            symbol: "…",
+            session_id: String::new(),
+            execution_id: String::new(),
+            what: format!("{} more", launch.more_wakes),
+            detail: "more wakes wait: see the Wakes tab".into(),
+            target: Some(Tab::Wakes),
+            actionable: false,
+            done: None,
+        });
+    }
     lines
 }
 

@@ -51,7 +51,7 @@ fn too_small(app: &App, frame: &mut Frame, area: Rect) {
             "{}×{} here; Steward needs at least {MIN_WIDTH}×{MIN_HEIGHT}.",
             area.width, area.height
         )),
-        Line::from("Enlarge the window, or press q to quit."),
+        Line::from("Enlarge the window, or press q to quit (nothing else works until then)."),
     ];
     frame.render_widget(
         Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
@@ -71,6 +71,36 @@ pub fn short_id(id: &str) -> String {
     let head: String = chars[..4].iter().collect();
     let tail: String = chars[chars.len() - 3..].iter().collect();
     format!("{prefix}_{head}…{tail}")
+}
+
+/// The time of day of `ms` in the local zone, `14:02:11`; with the date when it is
+/// not today.
+pub fn clock_time(app: &App, ms: i64) -> String {
+    let offset = i64::from(app.utc_offset_s) * 1000;
+    let (local, today) = (ms + offset, app.now_ms + offset);
+    let secs = local.div_euclid(1000);
+    let day = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let time = format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
+    if day == today.div_euclid(86_400_000) {
+        time
+    } else {
+        let (y, m, d) = civil(day);
+        format!("{y:04}-{m:02}-{d:02} {time}")
+    }
+}
+
+/// Days since 1970-01-01 as (year, month, day).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// "in 24.1 s", "3.2 s ago".
@@ -104,17 +134,31 @@ fn header_line(app: &App) -> Line<'static> {
         let (text, role) = lease_health(app);
         spans.push(Span::styled(format!(" {text} "), t.style(role)));
     }
-    if let Some(report) = &app.launch.report {
-        let ago = relative(app.launch.at_ms - app.now_ms);
-        let n = report.recovered.len() + report.quarantined.len();
+    if let Some(last) = &app.last_recovery {
+        let n = last.executions;
         spans.push(Span::styled(
             format!(
-                " last recovery {ago} ({n} session{}, {} ms) ",
+                " last recovery {} ({n} execution{}) ",
+                clock_time(app, last.at_ms),
                 if n == 1 { "" } else { "s" },
-                report.duration_ms
             ),
             t.style(Role::Muted),
         ));
+    } else if app.launch.report.is_some() {
+        spans.push(Span::styled(
+            " nothing to recover at launch ".to_string(),
+            t.style(Role::Muted),
+        ));
+    }
+    // The data directory gives way first when the line is too long.
+    let used: usize = spans.iter().map(|s| s.width()).sum();
+    let width = usize::from(app.size.0);
+    if used > width {
+        let over = used - width;
+        let dir: String = app.data_dir.chars().collect();
+        let keep = dir.chars().count().saturating_sub(over + 1);
+        let tail: String = dir.chars().skip(dir.chars().count() - keep).collect();
+        spans[1] = Span::styled(format!(" …{tail} "), t.style(Role::Muted));
     }
     Line::from(spans)
 }
@@ -212,7 +256,9 @@ fn sessions(app: &App, frame: &mut Frame, area: Rect) {
         .rows
         .iter()
         .map(|s| {
-            let state = if app.running.contains(&s.id) {
+            let state = if app.waits_for_permission(&s.id) {
+                SessionState::Waiting
+            } else if app.running.contains(&s.id) {
                 SessionState::Running
             } else {
                 s.state
@@ -259,15 +305,12 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
     let focused = app.pane == Pane::Transcript;
     let title = match &app.transcript.session {
         Some(s) => {
-            let state = if app.running.contains(&s.id) {
+            let state = if app.waits_for_permission(&s.id) {
+                "waiting"
+            } else if app.running.contains(&s.id) {
                 "running"
             } else {
-                app.sessions
-                    .rows
-                    .iter()
-                    .find(|r| r.id == s.id)
-                    .map(|r| r.state.as_str())
-                    .unwrap_or("idle")
+                app.transcript.state.map(|s| s.as_str()).unwrap_or("idle")
             };
             format!(
                 " {} · {} · {} ",
@@ -293,27 +336,55 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
                 t.style(Role::Muted),
             )),
             Line::from(Span::styled(
-                "or pick a session on the left (Tab, j/k, Enter).",
+                if area.width < TWO_PANES {
+                    "or pick a session: Tab to the session list, j/k, Enter."
+                } else {
+                    "or pick a session on the left (Tab, j/k, Enter)."
+                },
                 t.style(Role::Muted),
             )),
         ];
         frame.render_widget(Paragraph::new(hint), inner);
         return;
     }
-    let lines = transcript::lines(
-        t,
-        &app.transcript.messages,
-        &app.transcript.pending,
-        app.transcript.expanded,
-        inner.width,
-    );
+    let tr = &app.transcript;
+    let (mut lines, starts) =
+        transcript::lines_with_starts(t, &tr.messages, &tr.pending, tr.expanded, inner.width);
+    if !tr.unreadable.is_empty() {
+        let n = tr.unreadable.len();
+        lines.insert(
+            0,
+            Line::from(Span::styled(
+                format!(
+                    "⚠ {n} message{} of this page cannot be read (first: {}); `steward doctor` says more",
+                    if n == 1 { "" } else { "s" },
+                    tr.unreadable[0].error
+                ),
+                t.style(Role::Error),
+            )),
+        );
+    }
     let height = usize::from(inner.height);
     let total = lines.len();
-    let scroll = app.transcript.scroll.min(total.saturating_sub(height));
-    let end = total - scroll;
-    let start = end.saturating_sub(height);
-    let mut visible: Vec<Line> = lines[start..end].to_vec();
-    if start == 0 && app.transcript.has_older && !visible.is_empty() {
+    let bottom = total.saturating_sub(height);
+    // Held at a line counted from the anchor message, which older messages loaded
+    // since may have pushed down.
+    let top = match tr.scroll {
+        None => bottom,
+        Some(top) => {
+            let shift = tr
+                .anchor
+                .as_ref()
+                .and_then(|id| tr.messages.iter().position(|m| &m.id == id))
+                .and_then(|i| starts.get(i).copied())
+                .unwrap_or(0);
+            (top + shift).min(bottom)
+        }
+    };
+    tr.rendered.set(crate::app::Rendered { total, height, top });
+    let end = (top + height).min(total);
+    let mut visible: Vec<Line> = lines[top..end].to_vec();
+    if top == 0 && tr.has_older && !visible.is_empty() {
         visible[0] = Line::from(Span::styled(
             "… older messages: scroll up to load them",
             t.style(Role::Muted),

@@ -4,6 +4,7 @@
 //! while turns run asks first; whatever still runs is stopped without writing and
 //! reconciled like a crash, so it continues at the next launch.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,13 +22,14 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
     }
     runtime()?.block_on(async move {
         let (permission, asks) = steward_tui::permission::channel();
-        let engine = ctx.start_engine(store, Arc::new(permission)).await?;
+        let engine = Arc::new(ctx.start_engine(store, Arc::new(permission)).await?);
         let at_ms = ctx.clock.now_ms();
         let report = engine.recover().await?;
         engine.redrive_wakes().await?;
         engine.start_background(Redriving::DueWakes);
         let auto_continue = ctx.config.recovery.auto_continue;
-        let wakes = launch_wakes(&engine, auto_continue).await;
+        let (wakes, more_wakes) = launch_wakes(&engine, auto_continue).await;
+        let titles = titles(&engine, &report, &wakes).await;
         let options = steward_tui::Options {
             data_dir: ctx.paths.data_dir.clone(),
             database: ctx.paths.database.clone(),
@@ -41,9 +43,11 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
             report: Some(report),
             at_ms,
             wakes,
+            more_wakes,
             auto_continue,
+            titles,
         };
-        let result = steward_tui::run_chat(&engine, asks, launch, options).await;
+        let result = steward_tui::run_chat(engine.clone(), asks, launch, options).await;
         let stopped = engine.shutdown().await?;
         let leave = result?;
         if !stopped.is_empty() && leave == steward_tui::Leave::Quit {
@@ -57,27 +61,62 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
     })
 }
 
+/// Wakes the panel lists at most.
+const PANEL_WAKES: usize = 50;
+
 /// Recovery wakes that wait on the user after the launch redrive, as (execution,
 /// session, parked): parked ones, and — when continuing on its own is off — pending
-/// ones.
+/// ones; and how many more wait beyond those listed.
 async fn launch_wakes(
     engine: &steward_engine::Engine,
     auto_continue: bool,
-) -> Vec<(String, String, bool)> {
+) -> (Vec<(String, String, bool)>, usize) {
     engine
         .db()
         .read(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT execution_id, session_id, recovery_error IS NOT NULL FROM session_recovery
+            let filter = "FROM session_recovery
                  WHERE (?2 = 0 AND wake_pending = 1 AND recovery_error IS NULL)
-                    OR recovery_error = ?1
-                 ORDER BY execution_id LIMIT 50",
-            )?;
-            let rows = stmt.query_map(
-                (steward_engine::recovery::CRASH_LOOP_ERROR, auto_continue),
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                    OR recovery_error = ?1";
+            let params = (steward_engine::recovery::CRASH_LOOP_ERROR, auto_continue);
+            let mut stmt = conn.prepare(&format!(
+                "SELECT execution_id, session_id, recovery_error IS NOT NULL {filter}
+                 ORDER BY execution_id LIMIT {PANEL_WAKES}"
+            ))?;
+            let rows = stmt
+                .query_map(params, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let all: i64 =
+                conn.query_row(&format!("SELECT count(*) {filter}"), params, |r| r.get(0))?;
+            let more = usize::try_from(all).unwrap_or(0).saturating_sub(rows.len());
+            Ok((rows, more))
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// The titles of the sessions the after-crash panel names.
+async fn titles(
+    engine: &steward_engine::Engine,
+    report: &steward_engine::RecoveryReport,
+    wakes: &[(String, String, bool)],
+) -> BTreeMap<String, String> {
+    let ids: Vec<String> = report
+        .recovered
+        .iter()
+        .map(|r| r.session_id.clone())
+        .chain(report.quarantined.iter().map(|q| q.session_id.clone()))
+        .chain(wakes.iter().map(|w| w.1.clone()))
+        .collect();
+    engine
+        .db()
+        .read(move |conn| {
+            let mut titles = BTreeMap::new();
+            for id in ids {
+                if let Some(session) = steward_engine::store::rows::session(conn, &id)? {
+                    titles.insert(id, session.title);
+                }
+            }
+            Ok(titles)
         })
         .await
         .unwrap_or_default()

@@ -30,7 +30,9 @@ pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Resul
             mouse,
             clock: clock.clone(),
         };
-        crate::context::runtime()?.block_on(steward_tui::run_inspector(options))?;
+        // Opened here, so a refused file exits as every command does (exit 3).
+        let reader = Reader::open_even_if_damaged(&paths.database, &paths.owners)?;
+        crate::context::runtime()?.block_on(steward_tui::run_inspector(reader, options))?;
         return Ok(ExitCode::SUCCESS);
     }
     let snapshot =

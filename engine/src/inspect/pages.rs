@@ -21,18 +21,26 @@ use crate::owner::{self, Liveness, OwnerRow, Owners};
 use crate::projection::SessionRow;
 
 /// Which rows a page holds: the `limit` rows after `after` (the first page when
-/// both keys are `None`), or — paging back — the `limit` rows just before `before`.
-/// Rows always come in the table's order.
+/// both keys are `None`), or — paging back — the `limit` rows just before `before`,
+/// or the last `limit` rows (`last`). Rows always come in the table's order, which
+/// `reverse` turns around (newest first for a table that lists oldest first).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PageRequest {
     /// The key of the last row of the previous page (its id).
     pub after: Option<String>,
     /// The key of the first row of the next page, when paging back.
     pub before: Option<String>,
+    /// The last page (`after` and `before` are ignored).
+    pub last: bool,
+    /// The table's order turned around.
+    pub reverse: bool,
     pub limit: usize,
     /// Rows whose ids (execution, session, owner, input) or title contain this text.
     pub filter: Option<String>,
 }
+
+/// Above every key (ids are ASCII).
+const TOP: &str = "\u{10FFFF}";
 
 impl PageRequest {
     /// The first `limit` rows.
@@ -43,30 +51,50 @@ impl PageRequest {
         }
     }
 
-    /// The bound, comparison and order of a query whose rows ascend by key: the
-    /// rows after `after`, or (backwards, to be reversed) those before `before`.
-    fn ascending(&self) -> (String, &'static str, &'static str) {
-        match &self.before {
-            Some(before) => (before.clone(), "<", "DESC"),
-            None => (self.after.clone().unwrap_or_default(), ">", "ASC"),
+    /// The last `limit` rows.
+    pub fn last(limit: usize) -> PageRequest {
+        PageRequest {
+            limit,
+            last: true,
+            ..PageRequest::default()
         }
+    }
+
+    /// Whether this is the first page of its order.
+    pub fn is_first(&self) -> bool {
+        self.after.is_none() && self.before.is_none() && !self.last
+    }
+
+    /// The bound, comparison and order of a query whose rows ascend by key (unless
+    /// reversed): the rows after `after`, or (backwards, to be turned around) those
+    /// before `before`, or the last ones.
+    fn ascending(&self) -> (String, &'static str, &'static str) {
+        if self.reverse {
+            return self.directed(true);
+        }
+        self.directed(false)
     }
 
     /// The same for a query whose rows descend by key (newest first).
     fn descending(&self) -> (String, &'static str, &'static str) {
-        match &self.before {
-            Some(before) => (before.clone(), ">", "ASC"),
-            None => (
-                self.after.clone().unwrap_or_else(|| "\u{10FFFF}".into()),
-                "<",
-                "DESC",
-            ),
+        self.directed(!self.reverse)
+    }
+
+    fn directed(&self, descending: bool) -> (String, &'static str, &'static str) {
+        let (low, high) = (String::new(), TOP.to_string());
+        match (descending, self.last, &self.before) {
+            (false, true, _) => (high, "<", "DESC"),
+            (false, false, Some(before)) => (before.clone(), "<", "DESC"),
+            (false, false, None) => (self.after.clone().unwrap_or(low), ">", "ASC"),
+            (true, true, _) => (low, ">", "ASC"),
+            (true, false, Some(before)) => (before.clone(), ">", "ASC"),
+            (true, false, None) => (self.after.clone().unwrap_or(high), "<", "DESC"),
         }
     }
 
     /// Puts rows read backwards into the table's order.
     fn arrange<T>(&self, mut rows: Vec<T>) -> Vec<T> {
-        if self.before.is_some() {
+        if self.before.is_some() || self.last {
             rows.reverse();
         }
         rows

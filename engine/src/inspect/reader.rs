@@ -24,8 +24,9 @@ pub struct Reader {
     owners: Owners,
     conn: Option<Connection>,
     /// The connection was opened with `immutable=1` (no log existed): it cannot see
-    /// later writes, so it is reopened before each read.
-    immutable: bool,
+    /// later writes, so it is reopened (and the file checked again) before a read
+    /// once the file has changed — only then.
+    immutable: Option<open::Fingerprint>,
     /// Read a Steward database that fails its integrity check as far as it can be.
     damaged_ok: bool,
 }
@@ -49,7 +50,7 @@ impl Reader {
             path: database.to_path_buf(),
             owners: Owners::new(owners_dir),
             conn: None,
-            immutable: false,
+            immutable: None,
             damaged_ok,
         };
         reader.reconnect()?;
@@ -59,7 +60,12 @@ impl Reader {
     /// Opens the connection again when the last one cannot see new writes, or when
     /// the file appeared since.
     fn reconnect(&mut self) -> Result<()> {
-        if self.conn.is_some() && !self.immutable {
+        if self.conn.is_some()
+            && self
+                .immutable
+                .as_ref()
+                .is_none_or(|seen| *seen == open::Fingerprint::of(&self.path))
+        {
             return Ok(());
         }
         self.conn = None;
@@ -73,7 +79,10 @@ impl Reader {
                         == crate::doctor::diagnosis::Failed::Integrity => {}
             Err(e) => return Err(e),
         }
-        self.immutable = !open::sidecar(&self.path, "-wal").exists();
+        let fingerprint = open::Fingerprint::of(&self.path);
+        let logged = open::sidecar(&self.path, "-wal").exists()
+            && open::sidecar(&self.path, "-shm").exists();
+        self.immutable = (!logged).then_some(fingerprint);
         let conn = open::open_read_only(&self.path).map_err(|e| open::classify(&self.path, e))?;
         self.conn = Some(conn);
         Ok(())
@@ -121,6 +130,28 @@ impl Reader {
         Ok(self
             .read(|c, _| rows::messages_before(c, session_id, before_seq, limit))?
             .unwrap_or_default())
+    }
+
+    /// [`Reader::transcript`], with the rows that cannot be decoded set aside (and
+    /// counted in the page's length) instead of failing the read.
+    pub fn transcript_lenient(
+        &mut self,
+        session_id: &str,
+        before_seq: Option<i64>,
+        limit: usize,
+    ) -> Result<(Vec<MessageRow>, Vec<rows::Unreadable>)> {
+        Ok(self
+            .read(|c, _| rows::messages_before_lenient(c, session_id, before_seq, limit))?
+            .unwrap_or_default())
+    }
+
+    /// One session's state (its badge).
+    pub fn session_state(
+        &mut self,
+        session_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<crate::inspect::SessionState>> {
+        self.read(|c, _| pages::session_state(c, session_id, now_ms))
     }
 
     /// A session's inputs that wait to be promoted, in admitted order.

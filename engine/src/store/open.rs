@@ -71,10 +71,10 @@ pub fn preflight(path: &Path, known: &[Migration]) -> Result<Preflight> {
 
 /// What changes when anyone writes the database or its log.
 #[derive(Debug, PartialEq, Eq)]
-struct Fingerprint(Vec<Option<(u64, u64, i64, i64)>>);
+pub(crate) struct Fingerprint(Vec<Option<(u64, u64, i64, i64)>>);
 
 impl Fingerprint {
-    fn of(path: &Path) -> Fingerprint {
+    pub(crate) fn of(path: &Path) -> Fingerprint {
         use std::os::unix::fs::MetadataExt;
         Fingerprint(
             [

@@ -167,6 +167,48 @@ pub fn messages_before(
     Ok(out)
 }
 
+/// A message row that cannot be decoded: its id, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub id: String,
+    pub seq: i64,
+    pub error: String,
+}
+
+/// [`messages_before`], but a row that cannot be decoded is set aside with the
+/// reason instead of failing the page (a screen shows the rest).
+pub fn messages_before_lenient(
+    conn: &Connection,
+    session_id: &str,
+    before_seq: Option<i64>,
+    limit: usize,
+) -> Result<(Vec<MessageRow>, Vec<Unreadable>)> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3"
+    ))?;
+    let before = before_seq.unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![session_id, before, limit], raw_message)?;
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for row in rows {
+        let raw = row?;
+        let (id, seq) = (raw.id.clone(), raw.seq);
+        match raw.decode() {
+            Ok(message) => good.push(message),
+            Err(e) => bad.push(Unreadable {
+                id,
+                seq,
+                error: e.to_string(),
+            }),
+        }
+    }
+    good.reverse();
+    bad.reverse();
+    Ok((good, bad))
+}
+
 pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",

@@ -1,5 +1,5 @@
 use pretty_assertions::assert_eq;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 use steward_engine::inspect::pages::ClaimOrder;
 use steward_engine::runner::EngineEvent;
 
@@ -39,7 +39,10 @@ fn app_in(context: Context) -> App {
             app.pane = Pane::Sessions;
             app.running.clear();
         }
-        Context::Inspector => app.screen = Screen::Inspector,
+        Context::Inspector => {
+            app.screen = Screen::Inspector;
+            app.inspector.detail_scroll = 3;
+        }
         Context::Filter => {
             app.screen = Screen::Inspector;
             app.inspector.editing_filter = true;
@@ -55,6 +58,7 @@ fn app_in(context: Context) -> App {
         Context::Permission => app.overlay.push(Overlay::Permission {
             id: 7,
             request: fixtures::permission(),
+            scroll: 1,
         }),
         Context::Help => app.overlay.push(Overlay::Help { scroll: 3 }),
     }
@@ -91,6 +95,19 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
                 }
                 _ => false,
             },
+            Context::Permission => match (before.overlay.last(), app.overlay.last()) {
+                (
+                    Some(Overlay::Permission { scroll: a, .. }),
+                    Some(Overlay::Permission { scroll: b, .. }),
+                ) => {
+                    if action == A::Up {
+                        b < a
+                    } else {
+                        b > a
+                    }
+                }
+                _ => false,
+            },
             Context::Panel => match (before.overlay.last(), app.overlay.last()) {
                 (
                     Some(Overlay::Panel { selected: a, .. }),
@@ -114,6 +131,8 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
             }
         },
         A::NewSession => app.transcript.session.is_none() && app.pane == Pane::Prompt,
+        A::DetailDown => app.inspector.detail_scroll > before.inspector.detail_scroll,
+        A::DetailUp => app.inspector.detail_scroll < before.inspector.detail_scroll,
         A::ToggleInspector => app.screen != before.screen && loads,
         A::NextTab => app.inspector.tab.index() == before.inspector.tab.index() + 1 && loads,
         A::PrevTab => app.inspector.tab.index() + 1 == before.inspector.tab.index() && loads,
@@ -145,7 +164,9 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
                     }]
         }
         A::CancelAndQuit => {
-            app.quit
+            // Quits once the turns have stopped.
+            !app.quit
+                && app.quitting
                 && effects
                     == [Effect::Quit {
                         cancel_running: true,
@@ -304,9 +325,14 @@ fn the_read_only_inspector_refuses_actions_with_a_hint() {
 fn a_confirmed_action_goes_to_the_engine_with_its_execution() {
     let mut app = app_in(Context::Inspector);
     update(&mut app, code(KeyCode::Char('r')));
+    app.mono_ms += 1_000;
     assert_eq!(
         update(&mut app, code(KeyCode::Char('y'))),
-        vec![Effect::Act(Act::Retry, EXE_QUARANTINED.into())]
+        vec![Effect::Act {
+            act: Act::Retry,
+            execution_id: EXE_QUARANTINED.into(),
+            from_panel: None
+        }]
     );
     // Retry does not apply to a recovery row.
     app.inspector.selected = 1;
@@ -387,4 +413,137 @@ fn paging_past_the_last_row_asks_for_the_next_page() {
     let (tab, order, request) = view.table.clone().unwrap();
     assert_eq!((tab, order), (Tab::Recoveries, ClaimOrder::Created));
     assert_eq!(request.after.as_deref(), Some("exe_0099"));
+}
+
+#[test]
+fn letters_typed_before_a_question_could_be_read_do_not_answer_it() {
+    // Typing "please summarize" when a permission question appears mid-word.
+    let mut app = fixtures::chat();
+    for c in "please su".chars() {
+        app.mono_ms += 250;
+        update(&mut app, code(KeyCode::Char(c)));
+    }
+    app.mono_ms += 10;
+    update(
+        &mut app,
+        Msg::Permission {
+            id: 7,
+            request: fixtures::permission(),
+        },
+    );
+    for c in "mmarize".chars() {
+        app.mono_ms += 250;
+        assert_eq!(update(&mut app, code(KeyCode::Char(c))), Vec::new(), "{c}");
+    }
+    assert!(matches!(
+        app.overlay.last(),
+        Some(Overlay::Permission { .. })
+    ));
+    // A pause to read it, then the answer counts.
+    app.mono_ms += 1_500;
+    assert_eq!(
+        update(&mut app, code(KeyCode::Char('n'))),
+        vec![Effect::Answer {
+            id: 7,
+            allow: false
+        }]
+    );
+    // "why" typed at launch over the after-crash panel: `w` asks, `y` does not
+    // confirm, and `q` never quits the panel.
+    let mut app = fixtures::chat();
+    let mut launch = fixtures::launch();
+    launch.auto_continue = false;
+    update(&mut app, Msg::Launched(launch));
+    for c in "why q".chars() {
+        app.mono_ms += 200;
+        assert_eq!(update(&mut app, code(KeyCode::Char(c))), Vec::new(), "{c}");
+    }
+    assert!(!app.quit);
+    assert!(matches!(app.overlay.last(), Some(Overlay::Confirm { .. })));
+}
+
+#[test]
+fn a_prompt_that_is_not_admitted_goes_back_into_the_editor() {
+    let mut app = fixtures::chat();
+    app.prompt.insert_str("run the tests");
+    let effects = update(&mut app, code(KeyCode::Enter));
+    assert!(matches!(effects.as_slice(), [Effect::Submit { .. }]));
+    assert!(app.prompt.is_empty());
+    update(
+        &mut app,
+        Msg::SubmitFailed {
+            prompt: "run the tests".into(),
+            error: "session ses_1 is busy".into(),
+        },
+    );
+    assert_eq!(app.prompt.lines(), ["run the tests"]);
+    assert_eq!(app.status.as_deref(), Some("error: session ses_1 is busy"));
+}
+
+#[test]
+fn an_empty_page_past_the_end_keeps_the_page_shown_and_g_goes_to_the_last_page() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    let one = fixtures::sessions()[0].clone();
+    let full: Vec<_> = (0..PAGE)
+        .map(|i| {
+            let mut s = one.clone();
+            s.id = format!("ses_{:03}", 999 - i);
+            s
+        })
+        .collect();
+    app.sessions.rows = full.clone();
+    app.sessions.selected = PAGE - 1;
+    let effects = update(&mut app, code(KeyCode::Char('j')));
+    let [Effect::Load(view)] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    let asked = view.sessions.clone().unwrap();
+    assert_eq!(asked.after.as_deref(), Some("ses_900"));
+    // The next page is empty: the rows shown and the request stay, nothing jumps.
+    update(
+        &mut app,
+        Msg::Loaded(Box::new(Loaded {
+            sessions: Some((asked, Vec::new())),
+            ..Loaded::default()
+        })),
+    );
+    assert_eq!(app.sessions.rows.len(), PAGE);
+    assert_eq!(app.sessions.request, app.sessions.shown);
+    assert!(app.sessions.request.is_first());
+    assert_eq!(app.sessions.selected, PAGE - 1);
+    // G asks for the last page; g for the first.
+    let effects = update(&mut app, code(KeyCode::Char('G')));
+    let [Effect::Load(view)] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert!(view.sessions.as_ref().unwrap().last);
+}
+
+#[test]
+fn ctrl_c_over_a_permission_question_cancels_the_turn_without_answering_for_the_user() {
+    let mut app = app_in(Context::Permission);
+    let effects = update(
+        &mut app,
+        Msg::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+    );
+    assert_eq!(effects, vec![Effect::Cancel(SESSION.into())]);
+    assert!(app.overlay.is_empty() && !app.quit);
+}
+
+#[test]
+fn a_too_small_terminal_takes_only_the_keys_that_leave() {
+    let mut app = fixtures::chat();
+    update(&mut app, Msg::Resize(40, 8));
+    assert_eq!(update(&mut app, code(KeyCode::Char('x'))), Vec::new());
+    assert!(app.prompt.is_empty());
+    update(&mut app, code(KeyCode::Char('q')));
+    assert!(app.quit);
+}
+
+#[test]
+fn a_crlf_paste_keeps_its_lines() {
+    let mut app = fixtures::chat();
+    update(&mut app, Msg::Paste("alpha\rbeta\r\ngamma".into()));
+    assert_eq!(app.prompt.lines(), ["alpha", "beta", "gamma"]);
 }

@@ -18,7 +18,7 @@ pub fn render(app: &App, frame: &mut Frame, area: Rect) {
     let [tabs, table, detail] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(4),
-        Constraint::Percentage(35),
+        Constraint::Percentage(45),
     ])
     .areas(area);
     frame.render_widget(Paragraph::new(tab_line(app)), tabs);
@@ -49,26 +49,27 @@ fn tab_line(app: &App) -> Line<'static> {
         format!("   / {}", app.inspector.filter)
     };
     spans.push(Span::styled(filter, t.style(Role::Accent)));
-    if app.inspector.tab == Tab::Claims {
-        let sort = match app.inspector.order {
-            ClaimOrder::Created => "oldest first",
-            ClaimOrder::Session => "by session",
-        };
-        spans.push(Span::styled(
-            format!("   s sort: {sort}"),
-            t.style(Role::Muted),
-        ));
-    }
+    let sort = match (app.inspector.order, app.inspector.request.reverse) {
+        (ClaimOrder::Session, _) => "by session",
+        (ClaimOrder::Created, false) => "oldest first",
+        (ClaimOrder::Created, true) => "newest first",
+    };
+    spans.push(Span::styled(
+        format!("   s sort: {sort}"),
+        t.style(Role::Muted),
+    ));
     Line::from(spans)
 }
 
-/// What a claim's state means for the user.
-pub fn claim_state(line: &ClaimLine) -> (String, Role) {
+/// What a claim's state means for the user, as of `now_ms` (a live claim becomes
+/// expired on screen when its lease runs out, without a reload).
+pub fn claim_state(line: &ClaimLine, now_ms: i64) -> (String, Role) {
+    let expired = line.claim.expires_at.as_i64().is_none_or(|at| at <= now_ms);
     match (line.claim.state, line.owner) {
         (ClaimState::Quarantined, _) => ("quarantined".into(), Role::Error),
-        (ClaimState::Live, Liveness::Dead) => ("owner dead: recoverable now".into(), Role::Warn),
-        (ClaimState::Live, _) => ("live".into(), Role::Ok),
-        (ClaimState::Expired, _) => ("expired: recoverable".into(), Role::Warn),
+        (_, _) if expired => ("expired: recoverable".into(), Role::Warn),
+        (_, Liveness::Dead) => ("owner dead: recoverable now".into(), Role::Warn),
+        (_, _) => ("live".into(), Role::Ok),
     }
 }
 
@@ -105,7 +106,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
             lines
                 .iter()
                 .map(|l| {
-                    let (state, role) = claim_state(l);
+                    let (state, role) = claim_state(l, app.now_ms);
                     let expires = l
                         .claim
                         .expires_at
@@ -148,13 +149,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                 .collect(),
         ),
         Rows::Wakes(rows) => (
-            vec![
-                "KIND",
-                "EXECUTION / INPUT",
-                "SESSION",
-                "ATTEMPTS",
-                "WAITING",
-            ],
+            vec!["KIND", "EXECUTION / INPUT", "SESSION", "ATTEMPTS", "SINCE"],
             vec![
                 Constraint::Length(9),
                 Constraint::Length(18),
@@ -169,7 +164,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                         Span::raw(short_id(w.execution_id.as_deref().unwrap_or(&w.input_id))),
                         Span::raw(short_id(&w.session_id)),
                         Span::raw(w.attempts.to_string()),
-                        Span::raw(relative(w.time_created - app.now_ms).replace("in ", "")),
+                        Span::raw(super::clock_time(app, w.time_created)),
                     ])
                 })
                 .collect(),
@@ -204,7 +199,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                         Span::raw(r.phase.clone()),
                         Span::styled(wake, t.style(role)),
                         Span::raw(r.wake_attempts.to_string()),
-                        Span::raw(relative(r.time_created - app.now_ms)),
+                        Span::raw(super::clock_time(app, r.time_created)),
                     ])
                 })
                 .collect(),
@@ -235,7 +230,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                         Span::raw(o.pid.to_string()),
                         Span::raw(o.hostname.clone()),
                         Span::styled(alive, t.style(role)),
-                        Span::raw(relative(o.time_started - app.now_ms)),
+                        Span::raw(super::clock_time(app, o.time_started)),
                     ])
                 })
                 .collect(),
@@ -308,8 +303,13 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
             )),
         );
     }
+    // Scrolls (J/K) as far as its last line.
+    let most = lines.len().saturating_sub(usize::from(inner.height));
+    let scroll = usize::from(app.inspector.detail_scroll).min(most);
     frame.render_widget(
-        Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
+        Paragraph::new(lines)
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
         inner,
     );
 }

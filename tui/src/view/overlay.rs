@@ -18,9 +18,13 @@ pub fn render(app: &App, frame: &mut Frame, area: Rect) {
     match overlay {
         Overlay::Help { scroll } => help(app, frame, area, *scroll),
         Overlay::Panel { lines, selected } => panel(app, frame, area, lines, *selected),
-        Overlay::Confirm { act, execution_id } => confirm(app, frame, area, *act, execution_id),
+        Overlay::Confirm {
+            act, execution_id, ..
+        } => confirm(app, frame, area, *act, execution_id),
         Overlay::Quit { running } => quit(app, frame, area, running),
-        Overlay::Permission { request, .. } => permission(app, frame, area, request),
+        Overlay::Permission {
+            request, scroll, ..
+        } => permission(app, frame, area, request, *scroll),
     }
 }
 
@@ -66,10 +70,20 @@ fn help(app: &App, frame: &mut Frame, area: Rect, scroll: usize) {
             Span::raw(text.to_string()),
         ]));
     }
-    let cell = centered(frame, area, 80, area.height.saturating_sub(2));
+    let cell = centered(
+        frame,
+        area,
+        area.width.saturating_sub(4).min(100),
+        area.height.saturating_sub(2),
+    );
+    // Wrapped to the box, with the help text's lines indented under themselves;
+    // the scroll stops at the last line.
+    let lines = super::transcript::wrap(lines, cell.width.saturating_sub(2));
+    let height = usize::from(cell.height.saturating_sub(2));
+    let scroll = scroll.min(lines.len().saturating_sub(height));
     let paragraph = Paragraph::new(lines)
         .block(block(app, " Keys ".into(), "Esc close · j/k scroll"))
-        .scroll((scroll as u16, 0));
+        .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0));
     frame.render_widget(paragraph, cell);
 }
 
@@ -92,13 +106,14 @@ fn panel(
         .saturating_sub(lead)
         .max(10);
     let mut text = Vec::new();
+    let mut selected_rows = (0, 0);
     for (i, line) in lines.iter().enumerate() {
         let name = app
-            .sessions
-            .rows
-            .iter()
-            .find(|s| s.id == line.session_id)
-            .map(|s| s.title.clone())
+            .launch
+            .titles
+            .get(&line.session_id)
+            .filter(|t| !t.is_empty())
+            .cloned()
             .unwrap_or_else(|| short_id(&line.session_id));
         let name: String = name.chars().take(20).collect();
         let role = match line.symbol {
@@ -107,7 +122,14 @@ fn panel(
             _ => Role::Warn,
         };
         let marker = if i == selected { "▶" } else { " " };
-        for (j, chunk) in word_chunks(&line.detail, room).into_iter().enumerate() {
+        let detail = match &line.done {
+            Some(done) => format!("{} · {done}", line.detail),
+            None => line.detail.clone(),
+        };
+        if i == selected {
+            selected_rows.0 = text.len();
+        }
+        for (j, chunk) in word_chunks(&detail, room).into_iter().enumerate() {
             let mut row = if j == 0 {
                 Line::from(vec![
                     Span::raw(marker.to_string()),
@@ -124,15 +146,30 @@ fn panel(
             }
             text.push(row);
         }
+        if i == selected {
+            selected_rows.1 = text.len();
+        }
     }
-    let height = text.len() as u16 + 2;
+    let height = u16::try_from(text.len() + 2).unwrap_or(u16::MAX);
     let cell = centered(frame, area, width, height.max(5));
+    // Scrolled so that the selected line is in view.
+    let visible = usize::from(cell.height.saturating_sub(2));
+    let scroll = selected_rows.1.saturating_sub(visible).min(selected_rows.0);
     let hint = if app.mode == crate::app::Mode::Chat {
-        "Enter go to · w wake · d discard · Esc close"
+        format!(
+            "{}/{} · Enter go to · w wake · d discard · Esc close",
+            selected + 1,
+            lines.len()
+        )
     } else {
-        "Enter go to · Esc close"
+        format!("{}/{} · Enter go to · Esc close", selected + 1, lines.len())
     };
-    frame.render_widget(Paragraph::new(text).block(block(app, title, hint)), cell);
+    frame.render_widget(
+        Paragraph::new(text)
+            .block(block(app, title, &hint))
+            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
+        cell,
+    );
 }
 
 /// `text` in pieces of at most `width` characters, broken between words.
@@ -210,6 +247,7 @@ fn permission(
     frame: &mut Frame,
     area: Rect,
     request: &steward_engine::tools::PermissionRequest,
+    scroll: u16,
 ) {
     let t = &app.theme;
     let input = sorted_pretty(&request.input);
@@ -228,20 +266,43 @@ fn permission(
         )));
     }
     text.push(Line::default());
-    for line in input.lines().take(12) {
+    for line in input.lines() {
         text.push(Line::from(Span::styled(
-            line.to_string(),
+            super::transcript::clean(line),
             t.style(Role::Muted),
         )));
     }
-    let height = text.len() as u16 + 2;
-    let cell = centered(frame, area, 80, height);
+    // The whole input, wrapped to the box; what does not fit scrolls (j/k), and
+    // the box says so.
+    let width = area.width.saturating_sub(4).min(100);
+    let text = super::transcript::wrap(text, width.saturating_sub(2));
+    let height = u16::try_from(text.len() + 2).unwrap_or(u16::MAX);
+    let cell = centered(frame, area, width, height);
+    let visible = usize::from(cell.height.saturating_sub(2));
+    let hidden = text.len().saturating_sub(visible);
+    let scroll = usize::from(scroll).min(hidden);
+    let more = match hidden - scroll {
+        0 if hidden == 0 => String::new(),
+        0 => "end (k scrolls up) · ".to_string(),
+        1 => "1 more line (j/k) · ".to_string(),
+        n => format!("{n} more lines (j/k) · "),
+    };
+    // The longest wording that fits the box.
+    let room = usize::from(width.saturating_sub(4));
+    let hint = [
+        "y once · a always · s always + save to config · n deny",
+        "y once · a always · s always + save · n deny",
+        "y once · a always · s save · n deny",
+        "y · a · s · n",
+    ]
+    .iter()
+    .map(|keys| format!("{more}{keys}"))
+    .find(|h| h.chars().count() <= room)
+    .unwrap_or_else(|| "y · a · s · n".to_string());
     frame.render_widget(
-        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
-            app,
-            " Permission ".into(),
-            "y once · a always · s always + save to config · n deny",
-        )),
+        Paragraph::new(text)
+            .block(block(app, " Permission ".into(), &hint))
+            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
         cell,
     );
 }

@@ -128,6 +128,7 @@ fn the_after_crash_panel() {
 fn a_permission_modal() {
     let mut app = fixtures::chat();
     app.overlay.push(Overlay::Permission {
+        scroll: 0,
         id: 1,
         request: fixtures::permission(),
     });
@@ -190,4 +191,68 @@ fn a_prompt_queued_behind_a_running_turn_is_shown_as_queued() {
     let text = screen(&app, 110, 32);
     assert!(text.contains("queued  and then the lints"), "{text}");
     assert!(text.contains("queued while the turn runs"), "{text}");
+}
+
+#[test]
+fn a_transcript_scrolled_up_holds_its_place_while_text_streams_in_below() {
+    use crate::update::update;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent};
+    let mut app = fixtures::chat();
+    app.pane = Pane::Transcript;
+    let top_line = |app: &App| {
+        let text = screen(app, 110, 20);
+        text.lines().nth(2).unwrap_or_default().to_string()
+    };
+    screen(&app, 110, 20);
+    for _ in 0..3 {
+        update(&mut app, crate::app::Msg::Key(KeyEvent::from(KeyCode::Up)));
+        screen(&app, 110, 20);
+    }
+    let held = top_line(&app);
+    // More text arrives at the bottom.
+    let mut more = app.transcript.messages.last().unwrap().clone();
+    more.id = "msg_more".into();
+    more.seq += 100;
+    app.transcript.messages.push(more);
+    assert_eq!(top_line(&app), held);
+    // Down to the end follows the newest line again.
+    for _ in 0..200 {
+        update(
+            &mut app,
+            crate::app::Msg::Key(KeyEvent::from(KeyCode::Down)),
+        );
+        screen(&app, 110, 20);
+    }
+    assert_eq!(app.transcript.scroll, None);
+}
+
+#[test]
+fn a_claim_whose_lease_ran_out_reads_expired_without_a_reload() {
+    let mut app = inspector(Tab::Claims);
+    let before = screen(&app, 110, 30);
+    assert!(before.contains(" live"), "{before}");
+    app.now_ms += 10 * 60_000;
+    let after = screen(&app, 110, 30);
+    assert!(!after.contains(" live "), "{after}");
+    assert!(after.contains("expired: recoverable"), "{after}");
+    assert!(!app.needs_ticks() || !app.running.is_empty());
+}
+
+#[test]
+fn a_long_permission_input_is_shown_whole_or_scrolls() {
+    let mut app = fixtures::chat();
+    let mut request = fixtures::permission();
+    request.tool = "run_command".into();
+    request.input = serde_json::json!({
+        "command": format!("{} && rm -rf ~/.ssh ~/important-stuff", "echo step; ".repeat(60))
+    });
+    app.overlay.push(Overlay::Permission {
+        scroll: 0,
+        id: 1,
+        request,
+    });
+    let text = screen(&app, 120, 35);
+    assert!(text.contains("important-stuff"), "{text}");
+    let small = screen(&app, 60, 14);
+    assert!(small.contains("more line"), "{small}");
 }

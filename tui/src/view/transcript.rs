@@ -24,11 +24,25 @@ pub fn lines(
     expanded: bool,
     width: u16,
 ) -> Vec<Line<'static>> {
-    let mut out = Vec::new();
+    lines_with_starts(theme, messages, pending, expanded, width).0
+}
+
+/// [`lines`], with the line each message starts at.
+pub fn lines_with_starts(
+    theme: &Theme,
+    messages: &[MessageRow],
+    pending: &[InputRow],
+    expanded: bool,
+    width: u16,
+) -> (Vec<Line<'static>>, Vec<usize>) {
+    let mut wrapped: Vec<Line<'static>> = Vec::new();
+    let mut starts = Vec::with_capacity(messages.len());
     for message in messages {
-        if !out.is_empty() {
+        let mut out = Vec::new();
+        if !wrapped.is_empty() {
             out.push(Line::default());
         }
+        starts.push(wrapped.len() + out.len());
         match &message.data {
             MessageData::User(u) => {
                 text_block(
@@ -42,9 +56,11 @@ pub fn lines(
             MessageData::Synthetic(s) => synthetic(&mut out, theme, s),
             MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded),
         }
+        wrapped.extend(wrap(out, width));
     }
+    let mut out = Vec::new();
     for input in pending {
-        if !out.is_empty() {
+        if !out.is_empty() || !wrapped.is_empty() {
             out.push(Line::default());
         }
         let label = if steward_engine::ids::continuation_execution(&input.id).is_some() {
@@ -60,7 +76,55 @@ pub fn lines(
             Role::Muted,
         );
     }
-    wrap(out, width)
+    wrapped.extend(wrap(out, width));
+    (wrapped, starts)
+}
+
+/// Text as a terminal line can show it: line breaks as `\n` (CR and CRLF too), tabs
+/// as spaces to the next stop of 4, terminal escape sequences (colours) and other
+/// control characters removed.
+pub fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut column = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => {
+                if chars.peek() != Some(&'\n') {
+                    out.push('\n');
+                    column = 0;
+                }
+            }
+            '\n' => {
+                out.push('\n');
+                column = 0;
+            }
+            '\t' => {
+                let spaces = 4 - column % 4;
+                out.extend(std::iter::repeat_n(' ', spaces));
+                column += spaces;
+            }
+            '\u{1b}' => {
+                // CSI (`ESC [ … final`) or a two-character escape.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for next in chars.by_ref() {
+                        if ('\u{40}'..='\u{7e}').contains(&next) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            c if c.is_control() => {}
+            c => {
+                out.push(c);
+                column += 1;
+            }
+        }
+    }
+    out
 }
 
 fn text_block(
@@ -70,7 +134,7 @@ fn text_block(
     text: &str,
     role: Role,
 ) {
-    for (i, line) in text.split('\n').enumerate() {
+    for (i, line) in clean(text).split('\n').enumerate() {
         let mut spans = Vec::new();
         if let Some((label, label_role)) = label {
             if i == 0 {
@@ -191,7 +255,8 @@ fn tool_lines(out: &mut Vec<Line<'static>>, theme: &Theme, tool: &ToolPart, expa
         };
         text_block(out, theme, Some((label, role)), error, role);
     }
-    if let Some(output) = &state.output {
+    if let Some(output) = state.output.as_deref().filter(|o| !o.trim().is_empty()) {
+        let output = clean(output);
         let lines: Vec<&str> = output.trim_end_matches('\n').split('\n').collect();
         let shown = if expanded {
             lines.len()
@@ -313,6 +378,13 @@ mod tests {
         assert_eq!(text(&wrapped), vec!["the quick ", "brown fox ", "jumps"]);
         let long = wrap(vec![Line::from("abcdefghijklmnop qr")], 6);
         assert_eq!(text(&long), vec!["abcdef", "ghijkl", "mnop ", "qr"]);
+    }
+
+    #[test]
+    fn tabs_line_breaks_and_escapes_are_made_showable() {
+        assert_eq!(clean("a\tb\r\nc\rd"), "a   b\nc\nd");
+        assert_eq!(clean("ab\tc"), "ab  c");
+        assert_eq!(clean("\u{1b}[31mred\u{1b}[0m\u{7}!"), "red!");
     }
 
     fn assistant_row(data: serde_json::Value) -> MessageRow {

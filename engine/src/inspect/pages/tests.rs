@@ -254,3 +254,56 @@ fn paging_back_gives_the_page_before_in_the_tables_order() {
         claims_forward[0]
     );
 }
+
+#[test]
+fn the_last_page_and_a_reversed_order_page_through_the_same_rows() {
+    let mut store = store();
+    for i in 0..25 {
+        interrupted(&mut store, &format!("ses_{i:02}"), Stage::Promoted, T0 + i);
+    }
+    let newest_first: Vec<String> = all_pages(
+        10,
+        |r| sessions(store.conn(), T0, r).unwrap(),
+        |s| s.id.clone(),
+    )
+    .concat()
+    .into_iter()
+    .map(|s| s.id)
+    .collect();
+    // The last page holds the last rows, in the table's order.
+    let last: Vec<String> = sessions(store.conn(), T0, &PageRequest::last(10))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(last, newest_first[15..].to_vec());
+    // Reversed, every page follows the other order, and its last page is the
+    // first page of the table's own order turned around.
+    let reversed = |r: &PageRequest| PageRequest {
+        reverse: true,
+        ..r.clone()
+    };
+    let oldest_first: Vec<String> = all_pages(
+        10,
+        |r| sessions(store.conn(), T0, &reversed(r)).unwrap(),
+        |s| s.id.clone(),
+    )
+    .concat()
+    .into_iter()
+    .map(|s| s.id)
+    .collect();
+    let mut expected = newest_first.clone();
+    expected.reverse();
+    assert_eq!(oldest_first, expected);
+    let claims_last: Vec<String> = claims(
+        store.conn(),
+        ClaimOrder::Created,
+        &reversed(&PageRequest::last(4)),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|c| c.session_id)
+    .collect();
+    assert_eq!(claims_last, vec!["ses_03", "ses_02", "ses_01", "ses_00"]);
+    assert!(PageRequest::first(3).is_first() && !PageRequest::last(3).is_first());
+}

@@ -431,8 +431,10 @@ fn campaign_aborts_at_every_failpoint_and_everything_holds_after_relaunch() {
                 .unwrap();
             assert!(fixture.status.success(), "{}", stderr(&fixture));
             let spec = failpoint_spec(point, hit);
+            // 150 claims cross batch boundaries at batches of 100.
             let first = scenario
                 .steward(Some(&spec))
+                .env("STEWARD_RECOVERY_BATCH", "100")
                 .args(["recover", "--json"])
                 .output()
                 .unwrap();

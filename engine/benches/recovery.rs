@@ -136,11 +136,22 @@ fn main() {
             lease_ms: LEASE,
             slack_ms: recovery::CLOCK_SLACK_MS,
         };
+        let keep = std::env::var_os("STEWARD_BENCH_KEEP").map(std::path::PathBuf::from);
+        if let Some(keep) = &keep {
+            std::fs::copy(dir.path().join("steward.db"), keep.join("before.db")).unwrap();
+        }
         let bytes_before = write_bytes();
         let start = Instant::now();
         let report = recovery::pass(store.conn_mut(), &params, T0 + 10 * LEASE).unwrap();
         let wall = start.elapsed().as_secs_f64();
+        store
+            .conn()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
         let bytes = write_bytes() - bytes_before;
+        if let Some(keep) = &keep {
+            std::fs::copy(dir.path().join("steward.db"), keep.join("after.db")).unwrap();
+        }
         assert_eq!(report.recovered.len(), n);
         let raw_before = write_bytes();
         let raw = raw_insert(store.conn_mut(), n);

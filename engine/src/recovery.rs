@@ -34,7 +34,22 @@ use crate::store::rows;
 use crate::tools::process::{self, Leftover};
 
 /// Claims per batch (and per write transaction).
-pub const BATCH: usize = 100;
+pub const BATCH: usize = 1000;
+
+/// The claims one batch takes: [`BATCH`]. A build with failpoints (the fault
+/// campaign's) reads `STEWARD_RECOVERY_BATCH` too, so that a small fixture crosses
+/// batch boundaries (`recovery.between_batches`).
+fn batch() -> usize {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("STEWARD_RECOVERY_BATCH")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    BATCH
+}
 /// How far beyond a lease an `expires_at` may lie before the clock is deemed to have
 /// gone backwards.
 pub const CLOCK_SLACK_MS: i64 = 10_000;
@@ -151,7 +166,8 @@ fn scan(tx: &Transaction<'_>, p: &Params, now_ms: i64, cursor: &Cursor) -> Resul
         None => {
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT {CLAIM_COLUMNS} FROM session_execution WHERE {filter}
-                 ORDER BY time_created, id LIMIT {BATCH}"
+                 ORDER BY time_created, id LIMIT {}",
+                batch()
             ))?;
             stmt.query_map(params![now_ms, p.lease_ms, p.slack_ms], claim_row)?
                 .collect::<Result<Vec<_>, _>>()?
@@ -160,7 +176,8 @@ fn scan(tx: &Transaction<'_>, p: &Params, now_ms: i64, cursor: &Cursor) -> Resul
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT {CLAIM_COLUMNS} FROM session_execution WHERE {filter}
                  AND (time_created, id) > (?4, ?5)
-                 ORDER BY time_created, id LIMIT {BATCH}"
+                 ORDER BY time_created, id LIMIT {}",
+                batch()
             ))?;
             stmt.query_map(params![now_ms, p.lease_ms, p.slack_ms, time, id], claim_row)?
                 .collect::<Result<Vec<_>, _>>()?
@@ -197,7 +214,7 @@ fn recover_batch(
     for (row, outcome) in batch.iter().zip(outcomes) {
         outcome.record(row, report, committed);
     }
-    cursor.done = batch.len() < BATCH;
+    cursor.done = batch.len() < self::batch();
     if let Some(last) = batch.last() {
         cursor.last = Some((last.time_created.clone(), last.id.clone()));
     }
@@ -550,7 +567,8 @@ fn reconcile(
 ) -> Result<(Recovered, Vec<EventRecord>)> {
     let execution_id = claim.execution_id.clone();
     let continuation = ids::continuation_input(&execution_id);
-    let parked = consecutive_recoveries(tx, &claim.session_id)? + 1 >= CRASH_LOOP_LIMIT;
+    let parked =
+        consecutive_recoveries(tx, &claim.session_id, &claim.execution_id)? + 1 >= CRASH_LOOP_LIMIT;
     let assistant_id = assistant.as_ref().map(|a| a.id.clone());
     if let Some(a) = assistant {
         preloaded.messages.insert(a.id.clone(), *a);
@@ -622,7 +640,23 @@ fn wrote_events(tx: &Transaction<'_>, session_id: &str, execution_id: &str) -> R
 /// them, and neither does one tool finishing beside another that kills Steward, so a
 /// tool that kills Steward every time is parked. The log is read from the newest
 /// event back to the last progress.
-fn consecutive_recoveries(tx: &Transaction<'_>, session_id: &str) -> Result<i64> {
+fn consecutive_recoveries(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    execution_id: &str,
+) -> Result<i64> {
+    // When the oldest event any execution wrote is this execution's, no earlier
+    // execution exists, so none was recovered: nothing to walk.
+    let first_owned: Option<String> = tx
+        .prepare_cached(
+            "SELECT execution_id FROM event
+             WHERE aggregate_id = ?1 AND execution_id IS NOT NULL ORDER BY seq LIMIT 1",
+        )?
+        .query_row([session_id], |r| r.get(0))
+        .optional()?;
+    if first_owned.is_none_or(|first| first == execution_id) {
+        return Ok(0);
+    }
     let mut stmt = tx.prepare_cached(
         "SELECT type, execution_id,
                 CASE WHEN type = 'step.ended' THEN json_extract(data, '$.finish') END

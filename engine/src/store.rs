@@ -28,6 +28,9 @@ use open::{Preflight, access, classify};
 /// process; `engine/benches/store.rs` measures its cost against `NORMAL`.
 pub const SYNCHRONOUS: &str = "FULL";
 
+/// The writer's page cache, in KiB (SQLite's default is 2,000).
+const CACHE_KIB: u32 = 8_192;
+
 /// `PRAGMA busy_timeout` (protocol §2.1).
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
@@ -108,14 +111,16 @@ pub fn write<R>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Resul
 /// Runs `f` in one read transaction: a consistent snapshot.
 pub fn read<R>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
     // A read cannot write: nothing outside the fenced paths changes the file.
-    conn.execute_batch("PRAGMA query_only = ON; BEGIN DEFERRED")?;
-    let out = f(conn);
-    let end = conn.execute_batch("COMMIT");
-    let reset = conn.execute_batch("PRAGMA query_only = OFF");
-    let out = out?;
-    end?;
-    reset?;
-    Ok(out)
+    conn.execute_batch("PRAGMA query_only = ON")?;
+    let out = match conn.execute_batch("BEGIN DEFERRED") {
+        Ok(()) => {
+            let out = f(conn);
+            conn.execute_batch("COMMIT").map_err(Error::from).and(out)
+        }
+        Err(e) => Err(e.into()),
+    };
+    conn.execute_batch("PRAGMA query_only = OFF")?;
+    out
 }
 
 fn configure(conn: &Connection) -> Result<()> {
@@ -133,9 +138,11 @@ fn configure(conn: &Connection) -> Result<()> {
             "the database would not switch to WAL mode (it is in {mode} mode)"
         )));
     }
+    // A page cache that holds a recovery batch's dirty pages: a smaller one spills
+    // them to the log mid-transaction, and writes some twice.
     conn.execute_batch(&format!(
         "PRAGMA foreign_keys = ON; PRAGMA synchronous = {SYNCHRONOUS};
-         PRAGMA temp_store = MEMORY;"
+         PRAGMA temp_store = MEMORY; PRAGMA cache_size = -{CACHE_KIB};"
     ))?;
     Ok(())
 }

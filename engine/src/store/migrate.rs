@@ -24,6 +24,10 @@ pub const MIGRATIONS: &[Migration] = &[
         id: "0002_session_recovery_session_idx",
         sql: include_str!("../../../migrations/0002_session_recovery_session_idx.sql"),
     },
+    Migration {
+        id: "0003_drop_unused_indexes",
+        sql: include_str!("../../../migrations/0003_drop_unused_indexes.sql"),
+    },
 ];
 
 const CREATE_SCHEMA_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS schema_migration (

@@ -110,14 +110,17 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     }
     check_header(path, meta.len())?;
     let conn = open_read_only(path).map_err(|e| classify(path, e))?;
-    let quick: String = conn
-        .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
-        .map_err(|e| classify(path, e))?;
-    if quick != "ok" {
-        return Err(refuse(
-            path,
-            format!("the file fails PRAGMA quick_check: {quick}"),
-        ));
+    if last_shutdown_unclean(&conn, path) {
+        read_ahead(path);
+        let quick: String = conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(|e| classify(path, e))?;
+        if quick != "ok" {
+            return Err(refuse(
+                path,
+                format!("the file fails PRAGMA quick_check: {quick}"),
+            ));
+        }
     }
     let tables = user_tables(&conn).map_err(|e| classify(path, e))?;
     if tables.is_empty() {
@@ -143,6 +146,36 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
         return Err(refuse(path, reason));
     }
     Ok(Preflight::Steward { applied })
+}
+
+/// Whether the file may not have been closed cleanly since it was last checked: an
+/// owner row whose process is not provably alive (it died, or its lock cannot be
+/// probed from here), or no owner table to tell. A clean shutdown removes its owner
+/// row, and recovery removes those of dead owners once their claims are handled — so
+/// the integrity check runs at the first launch after a crash, and not at every
+/// launch of a healthy file (protocol §2.3).
+pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
+    let owners = crate::owner::Owners::new(
+        path.parent()
+            .map(|dir| dir.join("owners"))
+            .unwrap_or_default(),
+    );
+    match crate::owner::all(conn) {
+        Ok(rows) => rows
+            .iter()
+            .any(|row| crate::owner::probe(&owners, row) != crate::owner::Liveness::Alive),
+        Err(_) => true,
+    }
+}
+
+/// Reads the file (and its log) front to back before a whole-file check: a cold
+/// `quick_check` reads pages in b-tree order, which is far slower than one pass.
+fn read_ahead(path: &Path) {
+    for file in [path.to_path_buf(), sidecar(path, "-wal")] {
+        if let Ok(mut f) = File::open(&file) {
+            let _ = std::io::copy(&mut f, &mut std::io::sink());
+        }
+    }
 }
 
 /// Opens `path` read-only, creating no `-wal`/`-shm`: with `immutable=1` when no WAL

@@ -43,13 +43,11 @@ fn r2_5_the_migrations_create_every_table_and_index() {
     assert_eq!(
         names(conn, "index"),
         vec![
-            "event_aggregate_type_seq_idx",
             "session_execution_created_idx",
             "session_execution_owner_idx",
             "session_execution_session_idx",
             "session_input_session_admitted_seq_idx",
             "session_input_session_pending_delivery_seq_idx",
-            "session_input_session_promoted_seq_idx",
             "session_input_wake_pending_promoted_time_created_id_idx",
             "session_message_session_seq_idx",
             "session_message_session_time_created_id_idx",
@@ -538,4 +536,177 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
         )
         .unwrap();
     assert!(plan.contains("session_recovery_session_idx"), "{plan}");
+}
+
+/// The queries the engine runs on `event` and `session_input`, with whether each is
+/// a whole-table read by nature (the invariant checker's).
+const LOG_AND_INPUT_QUERIES: &[(&str, bool)] = &[
+    (
+        "SELECT COALESCE(MAX(seq), -1) + 1 FROM event WHERE aggregate_id = 'ses_1'",
+        false,
+    ),
+    (
+        "SELECT seq, type, data FROM event WHERE aggregate_id = 'ses_1' ORDER BY seq",
+        false,
+    ),
+    (
+        "SELECT EXISTS (SELECT 1 FROM event WHERE aggregate_id = 'ses_1' AND execution_id = 'exe_1')",
+        false,
+    ),
+    (
+        "SELECT type, execution_id FROM event WHERE aggregate_id = 'ses_1' ORDER BY seq DESC",
+        false,
+    ),
+    (
+        "SELECT execution_id FROM event WHERE aggregate_id = 'ses_1' AND execution_id IS NOT NULL ORDER BY seq LIMIT 1",
+        false,
+    ),
+    (
+        "SELECT aggregate_id, count(*), min(seq), max(seq) FROM event GROUP BY aggregate_id",
+        true,
+    ),
+    (
+        "SELECT aggregate_id, seq FROM event WHERE type = 'input.promoted'",
+        true,
+    ),
+    (
+        "SELECT aggregate_id, seq, execution_id, epoch FROM event WHERE execution_id IS NOT NULL ORDER BY aggregate_id, seq",
+        true,
+    ),
+    ("SELECT * FROM session_input WHERE id = 'inp_1'", false),
+    (
+        "SELECT * FROM session_input WHERE session_id = 'ses_1' ORDER BY admitted_seq",
+        false,
+    ),
+    (
+        "SELECT * FROM session_input WHERE session_id = 'ses_1' AND promoted_seq IS NULL ORDER BY admitted_seq",
+        false,
+    ),
+    (
+        "SELECT 1 FROM session_input WHERE session_id = 'ses_1' AND wake_pending = 1 AND promoted_seq IS NULL",
+        false,
+    ),
+    (
+        "SELECT DISTINCT session_id FROM session_input WHERE wake_pending = 1 AND promoted_seq IS NULL ORDER BY session_id",
+        false,
+    ),
+    (
+        "SELECT id FROM session_input WHERE wake_pending = 1 AND promoted_seq IS NULL ORDER BY time_created, id",
+        false,
+    ),
+];
+
+fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    stmt.query_map([], |r| r.get(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn r2_5_the_dropped_indexes_served_no_query_that_the_remaining_ones_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = (dir.path().join("before.db"), dir.path().join("after.db"));
+    let clock = clock();
+    let old = Store::open_with(&before, &MIGRATIONS[..2], &clock).unwrap();
+    let new = Store::open(&after, &clock).unwrap();
+    let dropped = [
+        "event_aggregate_type_seq_idx",
+        "session_input_session_promoted_seq_idx",
+    ];
+    for (sql, whole_table) in LOG_AND_INPUT_QUERIES {
+        let (was, is) = (plan(old.conn(), sql), plan(new.conn(), sql));
+        let text = is.join(" | ");
+        assert!(!dropped.iter().any(|d| text.contains(d)), "{sql}: {text}");
+        if !whole_table {
+            // Found by an index, as before: no full scan, no sort it did not need.
+            let scans_a_table = |s: &String| {
+                (s.starts_with("SCAN event") || s.starts_with("SCAN session_input"))
+                    && !s.contains("INDEX")
+            };
+            assert!(!is.iter().any(scans_a_table), "{sql}: {is:?} (was {was:?})");
+        }
+        let sorts = |p: &[String]| p.iter().filter(|s| s.contains("TEMP B-TREE")).count();
+        assert!(sorts(&is) <= sorts(&was), "{sql}: {is:?} (was {was:?})");
+    }
+}
+
+#[test]
+fn r2_2_migration_0003_keeps_every_row_of_a_populated_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let clock = clock();
+    {
+        use crate::testing::{Stage, interrupted};
+        let mut store = Store::open_with(&path, &MIGRATIONS[..2], &clock).unwrap();
+        for i in 0..20 {
+            interrupted(&mut store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
+        }
+    }
+    let dump = |conn: &Connection| -> Vec<String> {
+        let mut out = Vec::new();
+        for table in ["session", "event", "session_message", "session_input"] {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                .unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(format!("{table}: {}", row.unwrap().join(", ")));
+            }
+        }
+        out
+    };
+    let before = dump(&Connection::open(&path).unwrap());
+    assert!(before.len() > 100);
+    let store = Store::open(&path, &clock).unwrap();
+    assert_eq!(dump(store.conn()), before);
+    let report = crate::doctor::check(store.conn(), 2_000).unwrap();
+    assert!(report.ok, "{report:?}");
+}
+
+#[test]
+fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steward.db");
+    let clock = clock();
+    let owners = crate::owner::Owners::new(dir.path().join("owners"));
+    let mut store = Store::open(&path, &clock).unwrap();
+    let unclean = |store: &Store| open::last_shutdown_unclean(store.conn(), &path);
+    // Nobody ever ran, or everyone left cleanly.
+    assert!(!unclean(&store));
+    // A live owner: its lock is held.
+    let live = store
+        .write(|tx| crate::owner::Owner::register(tx, &owners, 1_000))
+        .unwrap();
+    assert!(!unclean(&store));
+    // An owner whose lock file is free, or gone: it did not shut down cleanly.
+    std::fs::write(dir.path().join("owners").join("own_gone.lock"), b"").unwrap();
+    store
+        .conn()
+        .execute(
+            "INSERT INTO owner VALUES ('own_gone', 1, ?1, 1000, NULL)",
+            [crate::owner::hostname()],
+        )
+        .unwrap();
+    assert!(unclean(&store));
+    std::fs::remove_file(dir.path().join("owners").join("own_gone.lock")).unwrap();
+    assert!(unclean(&store));
+    // Once recovery forgets it, launches are clean again.
+    store
+        .conn()
+        .execute("DELETE FROM owner WHERE id = 'own_gone'", [])
+        .unwrap();
+    assert!(!unclean(&store));
+    drop(live);
 }

@@ -189,7 +189,22 @@ pub fn crash_mid_tool(env: &Env, argv: &str, work: &str) -> (String, String) {
 /// Starts a turn and SIGKILLs the agent once `on` happened: `text` streamed, or a
 /// `tool` running. Returns the session and the running tool call (if any).
 fn crash(env: &Env, argv: &str, work: &str, on: &str) -> (String, String) {
+    // The crash scripts' command appends a line to `effects.txt` as it starts: a
+    // tool reported running is killed only once it has.
+    let effects = env.root.path().join("effects.txt");
+    let lines = || {
+        std::fs::read_to_string(&effects)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let before = lines();
     let running = start_turn(env, argv, work, on);
+    if on == "tool" {
+        assert!(
+            crate::support::eventually(Duration::from_secs(10), || lines() > before),
+            "the tool never started"
+        );
+    }
     let ids = (running.session.clone(), running.tool_call.clone());
     running.kill();
     ids
@@ -438,6 +453,13 @@ fn acp_a_crash_elsewhere_is_reconciled_for_the_opened_sessions_and_the_others_ar
         serde_json::json!({"sessionId": opened, "cwd": work, "mcpServers": []}),
     );
     assert!(loaded.get("result").is_some(), "{loaded}");
+    let effects = env.root.path().join("effects.txt");
+    let ran = |n: usize| {
+        crate::support::eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(&effects).is_ok_and(|t| t.lines().count() == n)
+        })
+    };
+    assert!(ran(1), "the tool never started");
     other.kill();
     let answer = editor.request(
         "session/prompt",
@@ -462,6 +484,7 @@ fn acp_a_crash_elsewhere_is_reconciled_for_the_opened_sessions_and_the_others_ar
     //    reconciled in the background, but not run, and nothing about it is sent.
     let hidden = start_turn(&env, &argv, &work, "tool");
     let unopened = hidden.session.clone();
+    assert!(ran(2), "the second tool never started");
     hidden.kill();
     let wake_waits = || {
         let output = env.run(&["inspect", "--json"]);
@@ -513,10 +536,48 @@ fn acp_a_crash_elsewhere_is_reconciled_for_the_opened_sessions_and_the_others_ar
     );
     assert!(editor.close().success());
 
-    let effects = std::fs::read_to_string(env.root.path().join("effects.txt")).unwrap();
+    let effects = std::fs::read_to_string(&effects).unwrap();
     assert_eq!(effects, "ran\nran\n", "a tool ran again");
     let doctor = env.run(&["doctor"]);
     assert!(doctor.status.success(), "{}", stdout(&doctor));
+}
+
+#[test]
+fn acp_what_another_process_does_in_an_opened_session_streams_to_the_client() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "slow.toml",
+        "[[step]]\ntext = [\"alpha \", \"beta \", \"gamma \", \"delta\"]\ndelay_ms = 200\n",
+    );
+    let argv = argv(&env, &script, None);
+    let mut editor = Driver::spawn(&env, &argv);
+    editor.request("initialize", serde_json::json!({"protocolVersion": 1}));
+    let created = editor.request(
+        "session/new",
+        serde_json::json!({"cwd": work, "mcpServers": []}),
+    );
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    // Another window runs the session.
+    let output = env
+        .cmd()
+        .args(["--script", &script, "run", "--session", &session, "go"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let streamed = editor.wait_for(Duration::from_secs(15), |m| {
+        m["params"]["sessionId"] == session.as_str()
+            && m["params"]["update"]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("delta"))
+    });
+    assert!(streamed, "{:#?}", editor.updates(&session));
+    assert_eq!(
+        agent_text(&editor.updates(&session)),
+        "alpha beta gamma delta"
+    );
+    assert!(editor.close().success());
 }
 
 #[test]

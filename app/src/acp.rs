@@ -50,10 +50,12 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
         engine.start_background(Redriving::Sessions(Arc::new(move |session: &str| {
             opened.is_open(session)
         })));
+        let (shut_down, shut_down_seen) = tokio::sync::watch::channel(false);
         let agent = Arc::new(Agent {
             engine,
             outbox: outbox.clone(),
             views,
+            shut_down: shut_down_seen,
             database: ctx.paths.database.clone(),
             owners: ctx.paths.owners.clone(),
         });
@@ -92,6 +94,7 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
         // will never answer is dropped with them, not denied) and are reconciled;
         // then the requests waiting on them finish.
         let stopped = agent.engine.shutdown().await?;
+        let _ = shut_down.send(true);
         if !stopped.is_empty() {
             tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
         }

@@ -39,7 +39,20 @@ impl Db {
             .name("steward-db-writer".into())
             .spawn(move || {
                 while let Ok(job) = receiver.recv() {
-                    job(store.conn_mut());
+                    // A job that panics (a bug in a closure) fails alone: its caller
+                    // gets an error, and the connection is put back as it was — no
+                    // transaction left open, writes allowed — for the next job.
+                    let conn = store.conn_mut();
+                    let panicked =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn)))
+                            .is_err();
+                    if panicked {
+                        tracing::error!("a database job panicked; its transaction was rolled back");
+                        if !conn.is_autocommit() {
+                            let _ = conn.execute_batch("ROLLBACK");
+                        }
+                        let _ = conn.execute_batch("PRAGMA query_only = OFF");
+                    }
                 }
             })
             .expect("spawn the database writer thread");
@@ -80,12 +93,51 @@ impl Db {
     }
 
     /// Runs `f` in one read transaction on the writer thread: a consistent snapshot,
-    /// between two writes. The connection is read-only for its duration
-    /// (`PRAGMA query_only`), so a statement that would write fails.
+    /// between two writes. The connection is set read-only for its duration
+    /// (`PRAGMA query_only`), so the statements `f` is meant to run cannot change
+    /// the file; a panic in `f` fails this call only.
     pub async fn read<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         self.with_conn(move |conn| store::read(conn, f)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_job_that_panics_fails_alone_and_the_writer_carries_on() {
+        let clock = crate::clock::ManualClock::new(1_000);
+        let db = Db::start(Store::open_in_memory(&clock).unwrap());
+        let panicked = db
+            .read(|_conn| -> Result<()> { panic!("a bug in a closure") })
+            .await;
+        assert!(panicked.is_err());
+        // The read transaction was rolled back and writes are allowed again.
+        db.write(|tx| {
+            crate::store::events::append_unowned(
+                tx,
+                "ses_a",
+                1_000,
+                crate::events::Event::SessionCreated {
+                    title: "t".into(),
+                    directory: "/".into(),
+                },
+            )
+            .map(drop)
+        })
+        .await
+        .unwrap();
+        let n: i64 = db
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM session", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        // A read cannot write.
+        let refused = db.read(|c| Ok(c.execute("DELETE FROM session", [])?)).await;
+        assert!(refused.is_err());
     }
 }

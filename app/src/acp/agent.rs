@@ -16,10 +16,11 @@ use agent_client_protocol_schema::v1::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use steward_engine::events::Event;
 use steward_engine::inspect::pages::PageRequest;
 use steward_engine::store::rows;
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
-use steward_engine::{Engine, Error, Outcome, SessionOutcome};
+use steward_engine::{Engine, EngineEvent, Error, Outcome, SessionOutcome};
 
 use super::transport::{
     INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Outbox, RESOURCE_NOT_FOUND,
@@ -39,6 +40,8 @@ pub struct Agent {
     pub engine: Engine,
     pub outbox: Outbox,
     pub views: Arc<Views>,
+    /// True once the engine has shut down (stdin closed).
+    pub shut_down: tokio::sync::watch::Receiver<bool>,
     pub database: PathBuf,
     pub owners: PathBuf,
 }
@@ -204,7 +207,8 @@ impl Agent {
             .create_session(&title, &cwd.to_string_lossy())
             .await
             .map_err(engine_failure)?;
-        self.views.open_new(&session.id);
+        // Its only event so far is its creation (seq 0).
+        self.views.open_new(&session.id, 0);
         to_value(NewSessionResponse::new(session.id))
     }
 
@@ -226,7 +230,7 @@ impl Agent {
                 id,
             }));
         }
-        let was_open = self.views.begin_load(&id);
+        self.views.begin_load(&id);
         let loaded = async {
             self.engine.recover_if_due().await?;
             let id = id.clone();
@@ -242,7 +246,7 @@ impl Agent {
         let (messages, through) = match loaded {
             Ok(loaded) => loaded,
             Err(e) => {
-                self.views.abandon_load(&id, was_open);
+                self.views.abandon_load(&id);
                 return Err(engine_failure(e));
             }
         };
@@ -313,15 +317,47 @@ impl Agent {
             })
             .await
             .map_err(engine_failure)?;
-        self.engine
+        self.views.new_paragraph(&session);
+        let mut events = self.engine.subscribe();
+        let input = self
+            .engine
             .submit(&session, &text)
             .await
             .map_err(engine_failure)?;
-        if turn.turn.cancelled() {
-            // The cancel arrived before the execution existed.
-            self.engine.cancel(&session);
+        // The prompt may be queued behind an execution already running (a
+        // continuation): a cancel stops whatever runs, and the execution that takes
+        // up this prompt too, however late it starts.
+        let outcome = {
+            let idle = self.engine.wait_idle(&session);
+            tokio::pin!(idle);
+            if turn.turn.cancelled() {
+                self.engine.cancel(&session);
+            }
+            loop {
+                tokio::select! {
+                    outcome = &mut idle => break outcome,
+                    () = turn.turn.wait_cancelled() => {
+                        self.engine.cancel(&session);
+                    }
+                    event = events.recv() => {
+                        let promoted = matches!(
+                            &event,
+                            Ok(EngineEvent::Committed(record)) if record.session_id == session
+                                && matches!(&record.event, Event::InputPromoted { input_id, .. } if *input_id == input.id)
+                        );
+                        if promoted && turn.turn.cancelled() {
+                            self.engine.cancel(&session);
+                        }
+                    }
+                }
+            }
+        };
+        if outcome == Some(SessionOutcome::Stopped) {
+            // Steward is shutting down: its recovery closes the turn; the client
+            // hears of that before the answer.
+            let mut shut_down = self.shut_down.clone();
+            let _ = shut_down.wait_for(|done| *done).await;
         }
-        let outcome = self.engine.wait_idle(&session).await;
         self.views.barrier().await;
         // What a cancellation or a failure closed without an event of its own.
         let turn_messages = self
@@ -341,6 +377,9 @@ impl Agent {
             .map_err(engine_failure)?;
         self.views.settle(&session, &turn_messages);
         let stop = match outcome {
+            // The turn's own end decides (the session's last execution may be a
+            // later one, with nothing left to do).
+            _ if turn_was_cancelled(&turn_messages) => StopReason::Cancelled,
             Some(SessionOutcome::Ran(Outcome::Idle)) | None => {
                 if turn_hit_a_limit(&turn_messages, "length") {
                     StopReason::MaxTokens
@@ -370,15 +409,64 @@ impl Agent {
                         .into(),
                 ));
             }
-            Some(other) => {
+            Some(SessionOutcome::Ran(Outcome::Lost)) => {
                 return Err((
                     INTERNAL_ERROR,
-                    format!("the turn did not complete: {other:?}"),
+                    format!(
+                        "the turn stopped: this process lost its claim on session {session} \
+                         (its lease ran out, and recovery took the session over); \
+                         `steward inspect` shows what became of it"
+                    ),
+                ));
+            }
+            Some(SessionOutcome::Ran(Outcome::Error(message)) | SessionOutcome::Error(message)) => {
+                return Err((INTERNAL_ERROR, format!("the turn failed: {message}")));
+            }
+            Some(SessionOutcome::Quarantined {
+                execution_id,
+                reason,
+            }) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    format!(
+                        "session {session} is blocked by quarantined execution {execution_id}: \
+                         {reason} (`steward wake {execution_id}` retries it)"
+                    ),
+                ));
+            }
+            Some(SessionOutcome::AwaitingRecovery { execution_id }) => {
+                return Err((
+                    INTERNAL_ERROR,
+                    format!("session {session}: execution {execution_id} waits for recovery"),
                 ));
             }
         };
         drop(turn);
         to_value(PromptResponse::new(stop))
+    }
+}
+
+/// Whether the turn ended in a user's cancellation: its last message is a
+/// cancellation note, or an assistant interrupted without a recovery's part.
+fn turn_was_cancelled(turn: &[steward_engine::projection::MessageRow]) -> bool {
+    use steward_engine::message::{MessageData, Part, SyntheticKind};
+    let Some(last) = turn
+        .iter()
+        .rev()
+        .find(|m| !matches!(m.data, MessageData::User(_)))
+    else {
+        return false;
+    };
+    match &last.data {
+        MessageData::Synthetic(s) => s.kind == SyntheticKind::Interrupted,
+        MessageData::Assistant(a) => {
+            a.error.as_ref().is_some_and(|e| e.kind == "interrupted")
+                && !a
+                    .parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Text { id, .. } if id.starts_with("recovery:")))
+        }
+        MessageData::User(_) => false,
     }
 }
 
@@ -476,26 +564,29 @@ impl Permission for ClientPermission {
                     )),
                 ]);
             }
+            // A call reaching outside the session's directory asks every time: no
+            // "always" is offered for it.
+            let mut options = vec![PermissionOption::new(
+                "allow_once",
+                "Allow once",
+                PermissionOptionKind::AllowOnce,
+            )];
+            if request.outside.is_none() {
+                options.push(PermissionOption::new(
+                    "allow_always",
+                    format!("Always allow {} in this session", request.tool),
+                    PermissionOptionKind::AllowAlways,
+                ));
+            }
+            options.push(PermissionOption::new(
+                "reject_once",
+                "Reject",
+                PermissionOptionKind::RejectOnce,
+            ));
             let ask = RequestPermissionRequest::new(
                 session.clone(),
                 ToolCallUpdate::new(request.call_id.clone(), fields),
-                vec![
-                    PermissionOption::new(
-                        "allow_once",
-                        "Allow once",
-                        PermissionOptionKind::AllowOnce,
-                    ),
-                    PermissionOption::new(
-                        "allow_always",
-                        format!("Always allow {} in this session", request.tool),
-                        PermissionOptionKind::AllowAlways,
-                    ),
-                    PermissionOption::new(
-                        "reject_once",
-                        "Reject",
-                        PermissionOptionKind::RejectOnce,
-                    ),
-                ],
+                options,
             );
             let Ok(params) = serde_json::to_value(ask) else {
                 return denied("the request could not be sent");
@@ -615,10 +706,12 @@ mod turn_tests {
             engine.subscribe(),
             forwarding,
         ));
+        let (_done, shut_down) = tokio::sync::watch::channel(false);
         let agent = Agent {
             engine,
             outbox,
             views,
+            shut_down,
             database,
             owners: dir.path().join("owners"),
         };
@@ -893,6 +986,108 @@ mod turn_tests {
             });
             assert!(told < asked_at, "asked about {call} before the tool_call");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_behind_a_prompt_queued_to_a_running_execution_cancels_the_prompt_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, _updates) = agent(&dir, SLOW, Config::default()).await;
+        let session = new_session(&agent, &dir).await;
+        // Something already runs the session (as a continuation after a restart
+        // does), then the client prompts and cancels at once.
+        agent.engine.submit(&session, "earlier").await.unwrap();
+        let accepted = agent
+            .accept("session/prompt", prompt(&session, "now"))
+            .unwrap();
+        agent.notify("session/cancel", json!({"sessionId": session}));
+        let started = std::time::Instant::now();
+        let answer = agent.handle(accepted).await.0.unwrap();
+        assert_eq!(answer["stopReason"], "cancelled");
+        assert!(started.elapsed() < std::time::Duration::from_millis(1500));
+        // The queued prompt never got an answer of its own.
+        let messages = agent
+            .engine
+            .db()
+            .read({
+                let session = session.clone();
+                move |c| rows::messages(c, &session)
+            })
+            .await
+            .unwrap();
+        let after_prompt: Vec<_> = messages
+            .iter()
+            .skip_while(|m| !matches!(&m.data, steward_engine::message::MessageData::User(u) if u.text == "now"))
+            .filter_map(|m| m.data.as_assistant())
+            .collect();
+        assert!(
+            after_prompt
+                .iter()
+                .all(|a| a.finish.is_none_or(|f| f.as_str() == "error")),
+            "{after_prompt:?}"
+        );
+        agent.engine.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_turn_starts_its_text_without_a_paragraph_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "[[step]]\ntext = [\"first\"]\n[[step]]\ntext = [\"second\"]\n";
+        let (agent, mut updates) = agent(&dir, script, Config::default()).await;
+        let session = new_session(&agent, &dir).await;
+        for text in ["one", "two"] {
+            agent
+                .call("session/prompt", prompt(&session, text))
+                .await
+                .unwrap();
+        }
+        let texts: Vec<String> = received(&mut updates)
+            .into_iter()
+            .filter(|(kind, _)| kind == "agent_message_chunk")
+            .map(|(_, text)| text)
+            .collect();
+        assert_eq!(texts, vec!["first", "second"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_outside_the_session_directory_is_never_offered_always() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, "x").unwrap();
+        let script = format!(
+            "[[step]]\ntool_calls = [{{ tool = \"read_file\", input = {{ path = {:?} }} }}]\n[[step]]\ntext = [\"done\"]\n",
+            outside.display().to_string()
+        );
+        let (agent, mut out) = agent_asking(&dir, &script, Config::default(), true).await;
+        let session = new_session(&agent, &dir).await;
+        let asked = {
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                while let Some(message) = out.recv().await {
+                    if message["method"] == "session/request_permission" {
+                        agent.outbox.answer(
+                            &message["id"],
+                            Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})),
+                        );
+                        return message;
+                    }
+                }
+                Value::Null
+            })
+        };
+        let answer = agent
+            .call("session/prompt", prompt(&session, "read it"))
+            .await
+            .unwrap();
+        assert_eq!(answer["stopReason"], "end_turn");
+        let question = asked.await.unwrap();
+        let options: Vec<&str> = question["params"]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap())
+            .collect();
+        assert_eq!(options, vec!["allow_once", "reject_once"]);
+        agent.engine.shutdown().await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,6 +129,11 @@ pub struct Stream {
 }
 
 impl Stream {
+    /// What comes next is a new turn's: no paragraph break before it.
+    pub fn new_paragraph(&mut self) {
+        self.last_text = None;
+    }
+
     /// Agent text belonging to `key` (a part id, or a note's own key).
     fn agent(&mut self, key: &str, text: &str) -> SessionUpdate {
         let text = match &self.last_text {
@@ -234,6 +239,13 @@ impl Stream {
                 ToolCallStatus::Failed,
                 tool_update(call_id, ToolCallStatus::Failed, Some(error)),
             )],
+            // A user's prompt starts a turn (the client shows the prompt itself).
+            Event::InputPromoted { input_id, .. }
+                if steward_engine::ids::continuation_execution(input_id).is_none() =>
+            {
+                self.new_paragraph();
+                Vec::new()
+            }
             _ => Vec::new(),
         }
     }

@@ -1,10 +1,12 @@
 //! What the client has opened, and what it was sent of each session. One task
 //! forwards the engine's committed events as `session/update`s — once each, in
-//! commit order, and only for sessions the client created or loaded — so a
-//! prompt's turn, a continuation after a restart and a session loaded while it
-//! runs all stream the same way. A prompt's answer and a permission question wait
-//! for the forwarder ([`Views::barrier`]), so they never overtake the updates that
-//! come before them.
+//! `seq` order, and only for sessions the client created or loaded — so a prompt's
+//! turn, a continuation after a restart and a session loaded while it runs all
+//! stream the same way. What other processes write to an opened session (another
+//! window running it, a recovery there) is read from the file when the data
+//! directory changes. A prompt's answer and a permission question wait for the
+//! forwarder ([`Views::barrier`]), so they never overtake the updates that come
+//! before them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,12 +29,18 @@ use super::updates::Stream;
 #[derive(Debug, Default)]
 pub struct Turn {
     cancelled: AtomicBool,
+    cancels: tokio::sync::Notify,
 }
 
 impl Turn {
     /// Whether the client sent `session/cancel` for it.
     pub fn cancelled(&self) -> bool {
         self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves at the next `session/cancel` for it.
+    pub async fn wait_cancelled(&self) {
+        self.cancels.notified().await;
     }
 }
 
@@ -60,14 +68,18 @@ impl Drop for TurnGuard {
 
 #[derive(Debug, Default)]
 struct View {
-    /// Events at or below this seq were in the transcript the client was sent.
+    /// The client has every event up to this seq (in the transcript it was sent,
+    /// or forwarded since).
     shown_through: i64,
-    /// While the transcript is being read and replayed: what arrived meanwhile.
-    held: Option<Vec<Arrived>>,
+    /// Loads in progress: while any runs, what arrives is held.
+    loading: u32,
+    held: Vec<Arrived>,
     stream: Stream,
     turn: Option<Arc<Turn>>,
     /// Tools the user allowed for the rest of the session ("Always allow").
     always: BTreeSet<String>,
+    /// The client was sent the session (created, or a load finished).
+    opened: bool,
 }
 
 /// A committed event, with the message it closed when it closed one on the
@@ -111,19 +123,32 @@ impl Views {
         self.lock().contains_key(session)
     }
 
-    /// A session the client just created: it has nothing to replay.
-    pub fn open_new(&self, session: &str) {
-        self.lock().insert(session.to_string(), View::default());
+    /// A session the client just created (its events so far, through `through`,
+    /// need no update: it has nothing to show yet).
+    pub fn open_new(&self, session: &str, through: i64) {
+        self.lock().insert(
+            session.to_string(),
+            View {
+                shown_through: through,
+                opened: true,
+                ..View::default()
+            },
+        );
+    }
+
+    /// The sessions open and not loading, with the last seq each was sent.
+    fn watched(&self) -> Vec<(String, i64)> {
+        self.lock()
+            .iter()
+            .filter(|(_, v)| v.loading == 0)
+            .map(|(id, v)| (id.clone(), v.shown_through))
+            .collect()
     }
 
     /// Starts loading a session: events arriving from now on are held until its
-    /// transcript has been sent. True when it was open already.
-    pub fn begin_load(&self, session: &str) -> bool {
-        let mut views = self.lock();
-        let was_open = views.contains_key(session);
-        let view = views.entry(session.to_string()).or_default();
-        view.held = Some(Vec::new());
-        was_open
+    /// transcript has been sent.
+    pub fn begin_load(&self, session: &str) {
+        self.lock().entry(session.to_string()).or_default().loading += 1;
     }
 
     /// Sends the transcript (read up to the session's event `through`), then what
@@ -133,25 +158,43 @@ impl Views {
         let Some(view) = views.get_mut(session) else {
             return;
         };
+        view.loading = view.loading.saturating_sub(1);
+        view.opened = true;
         view.stream = Stream::default();
         view.shown_through = through;
         for update in view.stream.replay(messages) {
             self.send(session, update);
         }
-        for arrived in view.held.take().unwrap_or_default() {
-            self.show(session, view, &arrived);
+        if view.loading == 0 {
+            for arrived in std::mem::take(&mut view.held) {
+                self.show(session, view, &arrived);
+            }
         }
     }
 
-    /// A load that failed: the session is as it was before.
-    pub fn abandon_load(&self, session: &str, was_open: bool) {
+    /// A load that failed. A session opened only by it (no other load of it in
+    /// progress, never shown) is closed again.
+    pub fn abandon_load(&self, session: &str) {
         let mut views = self.lock();
-        if was_open {
-            if let Some(view) = views.get_mut(session) {
-                view.held = None;
+        let Some(view) = views.get_mut(session) else {
+            return;
+        };
+        view.loading = view.loading.saturating_sub(1);
+        if view.loading == 0 {
+            if !view.opened {
+                views.remove(session);
+            } else {
+                for arrived in std::mem::take(&mut view.held) {
+                    self.show(session, view, &arrived);
+                }
             }
-        } else {
-            views.remove(session);
+        }
+    }
+
+    /// A new turn of the client's: its first text starts a paragraph of its own.
+    pub fn new_paragraph(&self, session: &str) {
+        if let Some(view) = self.lock().get_mut(session) {
+            view.stream.new_paragraph();
         }
     }
 
@@ -190,6 +233,7 @@ impl Views {
             Some(view) => {
                 if let Some(turn) = &view.turn {
                     turn.cancelled.store(true, Ordering::SeqCst);
+                    turn.cancels.notify_one();
                 }
                 true
             }
@@ -245,9 +289,10 @@ impl Views {
         let Some(view) = views.get_mut(&session) else {
             return;
         };
-        match &mut view.held {
-            Some(held) => held.push(arrived),
-            None => self.show(&session, view, &arrived),
+        if view.loading > 0 {
+            view.held.push(arrived);
+        } else {
+            self.show(&session, view, &arrived);
         }
     }
 
@@ -255,6 +300,7 @@ impl Views {
         if arrived.record.seq <= view.shown_through {
             return;
         }
+        view.shown_through = arrived.record.seq;
         let mut updates = view.stream.event(&arrived.record.event);
         if let Some(message) = &arrived.ending {
             updates.extend(view.stream.ending(message));
@@ -292,6 +338,7 @@ fn ending_of(record: &EventRecord) -> Option<String> {
             input_id,
             message_id,
         } if ids::continuation_execution(input_id).is_some() => Some(message_id.clone()),
+        Event::CompactionEnded { message_id, .. } => Some(message_id.clone()),
         _ => None,
     }
 }
@@ -305,16 +352,28 @@ pub async fn forward(
     forwarding: Forwarding,
 ) {
     let mut barriers = forwarding.barriers;
+    // Other processes' writes ring the data directory's doorbell; a slow poll
+    // covers a missed ring (or a platform that cannot watch).
+    let bell = Arc::new(tokio::sync::Notify::new());
+    let _watcher = db
+        .path()
+        .and_then(|p| p.parent())
+        .and_then(|dir| steward_engine::doorbell::watch(dir, bell.clone()));
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
             event = events.recv() => match event {
                 Ok(event) => take(&views, &db, event).await,
                 Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "session updates lagged; a turn's end settles its tools");
+                    tracing::warn!(missed = n, "session updates lagged; reading them from the file");
+                    catch_up(&views, &db).await;
                 }
                 Err(RecvError::Closed) => return,
             },
+            _ = bell.notified() => catch_up(&views, &db).await,
+            _ = poll.tick() => catch_up(&views, &db).await,
             Some(done) = barriers.recv() => {
                 // Everything sent before the barrier is in the channel by now.
                 loop {
@@ -332,6 +391,32 @@ pub async fn forward(
     }
 }
 
+/// How often the opened sessions are read for writes the doorbell did not ring for.
+const POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads what the opened sessions got from other processes (or lost to a lagging
+/// channel) and shows it.
+async fn catch_up(views: &Views, db: &Db) {
+    for (session, after) in views.watched() {
+        let read = db
+            .read({
+                let session = session.clone();
+                move |conn| steward_engine::store::events::load_after(conn, &session, after)
+            })
+            .await;
+        match read {
+            Ok(records) => {
+                for record in records {
+                    arrive(views, db, record).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(session = %session, error = %e, "cannot read the session's new events")
+            }
+        }
+    }
+}
+
 async fn take(views: &Views, db: &Db, event: EngineEvent) {
     let EngineEvent::Committed(record) = event else {
         return;
@@ -339,6 +424,10 @@ async fn take(views: &Views, db: &Db, event: EngineEvent) {
     if !views.is_open(&record.session_id) {
         return;
     }
+    arrive(views, db, record).await;
+}
+
+async fn arrive(views: &Views, db: &Db, record: EventRecord) {
     let ending = match ending_of(&record) {
         Some(id) => match db.read(move |conn| rows::message(conn, &id)).await {
             Ok(message) => message,

@@ -112,11 +112,17 @@ pub fn append_unowned(
 
 /// A session's whole log in `seq` order.
 pub fn load(conn: &Connection, session_id: &str) -> Result<Vec<EventRecord>> {
+    load_after(conn, session_id, -1)
+}
+
+/// The events of a session after `after_seq`, in `seq` order (what a watcher that
+/// has seen the log up to `after_seq` has not).
+pub fn load_after(conn: &Connection, session_id: &str, after_seq: i64) -> Result<Vec<EventRecord>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, type, data, owner_id, execution_id, epoch, time_created
-         FROM event WHERE aggregate_id = ?1 ORDER BY seq",
+         FROM event WHERE aggregate_id = ?1 AND seq > ?2 ORDER BY seq",
     )?;
-    let rows = stmt.query_map([session_id], |r| {
+    let rows = stmt.query_map(rusqlite::params![session_id, after_seq], |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, String>(1)?,

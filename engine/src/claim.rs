@@ -64,6 +64,24 @@ pub struct ClaimRow {
     pub recovery_error: Option<String>,
 }
 
+/// Expires one claim of `owner_id` whose execution no longer runs anywhere — its
+/// owner knows, because the owner is this process and nothing runs the session
+/// here (an execution that panicked) — so that recovery reconciles it now instead
+/// of after its lease (protocol §4.9). Guarded by id, owner and epoch.
+pub fn expire_abandoned(
+    tx: &Transaction<'_>,
+    row: &ClaimRow,
+    owner_id: &str,
+    now_ms: i64,
+) -> Result<bool> {
+    Ok(tx.execute(
+        "UPDATE session_execution SET expires_at = ?4
+         WHERE id = ?1 AND owner_id = ?2 AND epoch = ?3 AND recovery_error IS NULL
+           AND typeof(expires_at) = 'integer' AND expires_at > ?4",
+        params![row.id, owner_id, row.epoch, now_ms],
+    )? == 1)
+}
+
 /// How a claim looks to a reader at a given time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

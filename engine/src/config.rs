@@ -130,12 +130,29 @@ pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), Strin
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let temp = target.with_extension("toml.saving");
-    std::fs::write(&temp, edited).map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
-    if let Some(mode) = mode {
-        std::fs::set_permissions(&temp, mode)
-            .map_err(|e| format!("cannot set the mode of {}: {e}", temp.display()))?;
+    let _ = std::fs::remove_file(&temp);
+    let written = (|| {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // Created with the file's mode from the start (0600 for a new one): the
+        // settings are never more open than they were, even for a moment.
+        let mode = mode.map_or(0o600, |m| m.mode() & 0o7777);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temp)
+            .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+        file.write_all(edited.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
+        std::fs::rename(&temp, &target)
+            .map_err(|e| format!("cannot replace {}: {e}", target.display()))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
     }
-    std::fs::rename(&temp, &target).map_err(|e| format!("cannot replace {}: {e}", target.display()))
+    written
 }
 
 /// `[provider]`: which model answers.

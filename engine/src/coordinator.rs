@@ -377,9 +377,25 @@ async fn run_once(
             Ok((Acquire::Busy(row), ..)) => {
                 // Busy until the lease runs out, unless its owner is provably dead:
                 // then its claims are reconciled now and the acquisition tried again.
+                // The same holds for a claim of this owner: nothing runs the session
+                // here (this acquisition holds its slot), so its execution ended
+                // without clearing it — a panic — and no one can write with it.
                 if !recovered_once && let Some(handler) = expired_handler(inner) {
                     recovered_once = true;
-                    if handler.recover_if_dead(row.owner_id.clone()).await {
+                    if row.owner_id == inner.owner_id {
+                        let (abandoned, owner, clock) =
+                            (row.clone(), inner.owner_id.clone(), services.clock.clone());
+                        let expired = services
+                            .db
+                            .write(move |tx| {
+                                claim::expire_abandoned(tx, &abandoned, &owner, clock.now_ms())
+                            })
+                            .await;
+                        if matches!(expired, Ok(true)) {
+                            handler.recover(row).await;
+                            continue;
+                        }
+                    } else if handler.recover_if_dead(row.owner_id.clone()).await {
                         continue;
                     }
                 }

@@ -144,6 +144,17 @@ impl Rows {
         })
     }
 
+    /// The session a row is about.
+    pub fn session(&self, i: usize) -> Option<String> {
+        Some(match self {
+            Rows::Claims(r) => r.get(i)?.claim.session_id.clone(),
+            Rows::Quarantine(r) => r.get(i)?.session_id.clone(),
+            Rows::Wakes(r) => r.get(i)?.session_id.clone(),
+            Rows::Recoveries(r) => r.get(i)?.session_id.clone(),
+            Rows::Owners(_) => return None,
+        })
+    }
+
     /// The execution a row is about (what the actions act on).
     pub fn execution(&self, i: usize) -> Option<String> {
         match self {
@@ -212,6 +223,15 @@ impl Default for SessionList {
     }
 }
 
+/// How many lines of each scrollable box the last frame could not show (the most
+/// it can scroll), written by the view.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hidden {
+    pub help: usize,
+    pub permission: usize,
+    pub detail: usize,
+}
+
 /// What the last frame drew of the transcript, for moves that depend on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rendered {
@@ -242,6 +262,9 @@ pub struct Transcript {
     /// or older messages loaded above, do not move it).
     pub scroll: Option<usize>,
     pub anchor: Option<String>,
+    /// While the view is held: the first message loaded when it was, and how many
+    /// older ones were loaded since.
+    pub pin: Option<(i64, usize)>,
     /// Tool output shown whole instead of its first lines.
     pub expanded: bool,
     pub rendered: Cell<Rendered>,
@@ -319,6 +342,8 @@ pub enum Overlay {
     Confirm {
         act: Act,
         execution_id: String,
+        /// What the row is (its session, its kind), to tell rows apart.
+        label: String,
         /// The panel line it came from, marked when the action is done.
         from_panel: Option<usize>,
     },
@@ -378,6 +403,13 @@ pub struct App {
     pub quitting: bool,
     /// The local time zone's offset, for times of day.
     pub utc_offset_s: i32,
+    /// What the last frame could not show of the scrollable boxes.
+    pub hidden: Cell<Hidden>,
+    /// When a key last went into text (the prompt, the filter), or was taken for
+    /// typing that ran on: what a question's answer must not follow too closely.
+    pub last_typed_ms: u64,
+    /// A prompt was sent to a session still being created.
+    pub creating: bool,
 }
 
 impl App {
@@ -416,6 +448,9 @@ impl App {
             size: (120, 40),
             quitting: false,
             utc_offset_s: 0,
+            hidden: Cell::new(Hidden::default()),
+            last_typed_ms: 0,
+            creating: false,
         }
     }
 
@@ -516,20 +551,31 @@ pub struct Loaded {
 pub struct LoadedTranscript {
     pub session: SessionRow,
     pub state: Option<SessionState>,
-    /// How many of the newest messages were asked for.
-    pub limit: usize,
+    /// Which messages were asked for.
+    pub extent: Extent,
     pub messages: Vec<MessageRow>,
     pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
     pub has_older: bool,
 }
 
+/// Which messages of a transcript to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extent {
+    /// The newest `n`.
+    Newest(usize),
+    /// From `seq` to the newest, and `older` messages before it: a view held up
+    /// the transcript keeps what it shows loaded however many messages arrive
+    /// below.
+    From { seq: i64, older: usize },
+}
+
 /// What the screen needs loaded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct View {
     pub sessions: Option<PageRequest>,
-    /// A session and how many of its newest messages.
-    pub transcript: Option<(String, usize)>,
+    /// A session and which of its messages.
+    pub transcript: Option<(String, Extent)>,
     pub table: Option<(Tab, ClaimOrder, PageRequest)>,
     pub owner_id: Option<String>,
 }
@@ -537,7 +583,7 @@ pub struct View {
 /// What `update` asks the runtime to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    Load(View),
+    Load(Box<View>),
     /// Admit `prompt` to `session` (a new session in the current directory if none)
     /// and run it.
     Submit {

@@ -187,7 +187,7 @@ pub const KEYMAP: &[Binding] = &[
     Binding {
         context: C::Help,
         keys: &[key(KeyCode::Esc), ch('?'), ch('q'), key(KeyCode::Enter)],
-        label: "Esc ? q",
+        label: "Esc ? q Enter",
         action: A::Close,
         help: "close help",
     },
@@ -204,6 +204,27 @@ pub const KEYMAP: &[Binding] = &[
         label: "k ↑",
         action: A::Up,
         help: "scroll help",
+    },
+    Binding {
+        context: C::Help,
+        keys: &[key(KeyCode::PageDown)],
+        label: "PgDn",
+        action: A::PageDown,
+        help: "scroll help a page",
+    },
+    Binding {
+        context: C::Help,
+        keys: &[key(KeyCode::PageUp)],
+        label: "PgUp",
+        action: A::PageUp,
+        help: "scroll help a page",
+    },
+    Binding {
+        context: C::Help,
+        keys: &[ch('g'), key(KeyCode::Home)],
+        label: "g Home",
+        action: A::Top,
+        help: "top of help",
     },
     Binding {
         context: C::Permission,

@@ -9,7 +9,7 @@ use steward_engine::inspect::Reader;
 use steward_engine::inspect::pages::PageRequest;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::app::{Loaded, LoadedTranscript, Msg, Rows, Tab, View};
+use crate::app::{Extent, Loaded, LoadedTranscript, Msg, Rows, Tab, View};
 
 /// The handle the event loop asks through.
 #[derive(Debug, Clone)]
@@ -63,8 +63,8 @@ pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
             Err(e) => part("sessions", e),
         }
     }
-    if let Some((session_id, limit)) = &view.transcript {
-        match transcript(reader, now_ms, session_id, *limit) {
+    if let Some((session_id, extent)) = &view.transcript {
+        match transcript(reader, now_ms, session_id, extent) {
             Ok(t) => loaded.transcript = t,
             Err(e) => part("transcript", e),
         }
@@ -104,40 +104,66 @@ pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
     loaded
 }
 
-/// The newest `limit` messages of a session (rows that cannot be decoded set
+/// The messages `extent` names of a session (rows that cannot be decoded set
 /// aside), its pending inputs and its state.
 fn transcript(
     reader: &mut Reader,
     now_ms: i64,
     session_id: &str,
-    limit: usize,
+    extent: &Extent,
 ) -> steward_engine::Result<Option<LoadedTranscript>> {
     let Some(session) = reader.session(session_id)? else {
         return Ok(None);
     };
-    let (mut messages, mut unreadable) = reader.transcript_lenient(session_id, None, limit + 1)?;
-    let has_older = messages.len() + unreadable.len() > limit;
-    if has_older {
-        // The oldest row of the page only says that older ones exist.
-        match (messages.first(), unreadable.first()) {
-            (Some(m), Some(u)) if u.seq < m.seq => {
-                unreadable.remove(0);
+    let (messages, unreadable, has_older) = match *extent {
+        Extent::Newest(limit) => {
+            let (mut messages, mut unreadable) =
+                reader.transcript_lenient(session_id, None, limit + 1)?;
+            let has_older = messages.len() + unreadable.len() > limit;
+            if has_older {
+                drop_oldest(&mut messages, &mut unreadable);
             }
-            (Some(_), _) => {
-                messages.remove(0);
-            }
-            (None, _) => {
-                unreadable.remove(0);
-            }
+            (messages, unreadable, has_older)
         }
-    }
+        Extent::From { seq, older } => {
+            let (mut messages, mut unreadable) =
+                reader.transcript_lenient(session_id, Some(seq), older + 1)?;
+            let has_older = messages.len() + unreadable.len() > older;
+            if has_older {
+                drop_oldest(&mut messages, &mut unreadable);
+            }
+            let (newer, newer_bad) = reader.transcript_from_lenient(session_id, seq)?;
+            messages.extend(newer);
+            unreadable.extend(newer_bad);
+            (messages, unreadable, has_older)
+        }
+    };
     Ok(Some(LoadedTranscript {
         state: reader.session_state(session_id, now_ms)?,
         pending: reader.pending_inputs(session_id)?,
-        limit,
+        extent: extent.clone(),
         session,
         messages,
         unreadable,
         has_older,
     }))
+}
+
+/// Drops the oldest row read (one more than asked for, read only to tell that older
+/// ones exist).
+fn drop_oldest(
+    messages: &mut Vec<steward_engine::projection::MessageRow>,
+    unreadable: &mut Vec<steward_engine::store::rows::Unreadable>,
+) {
+    match (messages.first(), unreadable.first()) {
+        (Some(m), Some(u)) if u.seq < m.seq => {
+            unreadable.remove(0);
+        }
+        (Some(_), _) => {
+            messages.remove(0);
+        }
+        (None, _) => {
+            unreadable.remove(0);
+        }
+    }
 }

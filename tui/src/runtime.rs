@@ -224,7 +224,7 @@ impl EventLoop {
     /// the inbox, so the screen keeps drawing meanwhile.
     fn carry_out(&mut self, app: &mut App, effect: Effect) -> Option<Leave> {
         match effect {
-            Effect::Load(view) => self.loader.request(view),
+            Effect::Load(view) => self.loader.request(*view),
             Effect::Submit { session, prompt } => {
                 let engine = self.engine.clone()?;
                 let inbox = self.inbox.clone();
@@ -292,15 +292,15 @@ impl EventLoop {
                     asks.allow_always(&tool);
                 }
                 if save && self.engine.is_some() {
-                    let result =
-                        steward_engine::config::save_allowed_tool(&self.options.config_path, &tool)
-                            .map(|()| {
-                                format!(
-                                    "saved `{tool}` to tools.allow in {}",
-                                    self.options.config_path.display()
-                                )
+                    // File work, off the event loop.
+                    let (path, inbox) = (self.options.config_path.clone(), self.inbox.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let result =
+                            steward_engine::config::save_allowed_tool(&path, &tool).map(|()| {
+                                format!("saved `{tool}` to tools.allow in {}", path.display())
                             });
-                    let _ = self.inbox.send(Msg::Done(result));
+                        let _ = inbox.send(Msg::Done(result));
+                    });
                 }
             }
             Effect::Quit { cancel_running } => {

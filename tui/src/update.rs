@@ -8,8 +8,8 @@ use steward_engine::phase::Phase;
 use steward_engine::runner::EngineEvent;
 
 use crate::app::{
-    Act, App, Effect, LastRecovery, Launch, Loaded, Mode, Msg, Overlay, PAGE, Pane, PanelLine,
-    Rows, Screen, TRANSCRIPT_PAGE, TYPE_AHEAD_MS, Tab, View,
+    Act, App, Effect, Extent, LastRecovery, Launch, Loaded, Mode, Msg, Overlay, PAGE, Pane,
+    PanelLine, Rows, Screen, TRANSCRIPT_PAGE, TYPE_AHEAD_MS, Tab, View,
 };
 use crate::keymap::{Context, KeyAction, lookup};
 
@@ -23,11 +23,16 @@ pub fn update(app: &mut App, msg: Msg) -> Vec<Effect> {
     effects
 }
 
-/// What identifies the overlay on top (to tell when a new one appears).
-fn overlay_identity(app: &App) -> (usize, Option<std::mem::Discriminant<Overlay>>) {
+/// What identifies the overlay on top (to tell when a new one appears; one added
+/// underneath does not count).
+fn overlay_identity(app: &App) -> (Option<std::mem::Discriminant<Overlay>>, Option<u64>) {
+    let top = app.overlay.last();
     (
-        app.overlay.len(),
-        app.overlay.last().map(std::mem::discriminant),
+        top.map(std::mem::discriminant),
+        match top {
+            Some(Overlay::Permission { id, .. }) => Some(*id),
+            _ => None,
+        },
     )
 }
 
@@ -115,10 +120,15 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             vec![load(app)]
         }
         Msg::SubmitFailed { prompt, error } => {
-            // Nothing was admitted: the text goes back where it was typed.
-            if app.prompt.is_empty() {
-                app.prompt = fresh_prompt();
-                app.prompt.insert_str(prompt);
+            // Nothing was admitted: the text goes back where it was typed, before
+            // whatever was typed since.
+            app.creating = false;
+            let typed = app.prompt.lines().join("\n");
+            app.prompt = fresh_prompt();
+            app.prompt.insert_str(prompt);
+            if !typed.trim().is_empty() {
+                app.prompt.insert_newline();
+                app.prompt.insert_str(typed);
             }
             app.status = Some(format!("error: {error}"));
             vec![load(app)]
@@ -149,6 +159,7 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Created(session) => {
+            app.creating = false;
             app.transcript = Default::default();
             app.transcript.session = Some(session);
             app.pane = Pane::Prompt;
@@ -184,7 +195,7 @@ pub fn view_of(app: &App) -> View {
         sessions: (app.mode == Mode::Chat).then(|| app.sessions.request.clone()),
         transcript: app
             .current_session()
-            .map(|s| (s.to_string(), transcript_limit(app))),
+            .map(|s| (s.to_string(), transcript_extent(app))),
         table: (app.screen == Screen::Inspector).then_some((
             app.inspector.tab,
             app.inspector.order,
@@ -194,13 +205,18 @@ pub fn view_of(app: &App) -> View {
     }
 }
 
-/// How many of the newest messages the transcript loads.
-fn transcript_limit(app: &App) -> usize {
-    app.transcript.loaded.max(TRANSCRIPT_PAGE)
+/// Which messages the transcript loads: the newest page (or as many as are
+/// loaded), or — while the view is held — everything from where it was held.
+fn transcript_extent(app: &App) -> Extent {
+    let t = &app.transcript;
+    match (t.scroll, t.pin) {
+        (Some(_), Some((seq, older))) => Extent::From { seq, older },
+        _ => Extent::Newest(t.loaded.max(TRANSCRIPT_PAGE)),
+    }
 }
 
 fn load(app: &App) -> Effect {
-    Effect::Load(view_of(app))
+    Effect::Load(Box::new(view_of(app)))
 }
 
 fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
@@ -241,6 +257,18 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             app.overlay.retain(|o| {
                 !matches!(o, Overlay::Permission { request, .. } if request.session_id == session_id)
             });
+            // Nor does asking before quitting, once nothing runs.
+            let mut moot = false;
+            for overlay in &mut app.overlay {
+                if let Overlay::Quit { running } = overlay {
+                    running.retain(|s| *s != session_id);
+                    moot = running.is_empty();
+                }
+            }
+            if moot {
+                app.overlay.retain(|o| !matches!(o, Overlay::Quit { .. }));
+                app.status = Some("nothing runs any more: q quits".into());
+            }
             vec![load(app)]
         }
     }
@@ -269,12 +297,16 @@ fn apply(app: &mut App, loaded: Loaded) {
             };
             return apply_rest(app, loaded.transcript, loaded.rows, loaded.own_claims);
         }
+        // A reload of the page shown keeps the selected row; another page keeps
+        // the place the move chose.
+        let refresh = request == app.sessions.shown;
         app.sessions.shown = request;
         let selected = app
             .sessions
             .rows
             .get(app.sessions.selected)
-            .map(|s| s.id.clone());
+            .map(|s| s.id.clone())
+            .filter(|_| refresh);
         app.sessions.rows = rows;
         app.sessions.selected = selected
             .and_then(|id| app.sessions.rows.iter().position(|s| s.id == id))
@@ -293,7 +325,7 @@ fn apply_rest(
     // A transcript counts only for the session and the length still asked for.
     if let Some(t) = transcript
         && app.current_session() == Some(t.session.id.as_str())
-        && t.limit == transcript_limit(app)
+        && t.extent == transcript_extent(app)
     {
         if app.transcript.scroll.is_some() && app.transcript.anchor.is_none() {
             app.transcript.anchor = app.transcript.messages.first().map(|m| m.id.clone());
@@ -319,11 +351,13 @@ fn apply_rest(
                 0
             };
         } else if request == current {
+            let refresh = app.inspector.shown == app.inspector.request;
             app.inspector.shown = app.inspector.request.clone();
             let key = app
                 .inspector
                 .rows
-                .key(app.inspector.selected, app.inspector.order);
+                .key(app.inspector.selected, app.inspector.order)
+                .filter(|_| refresh);
             app.inspector.rows = rows;
             let order = app.inspector.order;
             let n = app.inspector.rows.len();
@@ -382,13 +416,22 @@ fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     let previous_key = app.last_key_ms;
     app.status = None;
     if app.too_small() {
-        // Nothing is visible to type into or act on: only leaving works.
+        // Nothing is visible to type into or act on: only leaving works — and
+        // answering the question leaving asks, which the small screen shows.
+        if matches!(app.overlay.last(), Some(Overlay::Quit { .. })) {
+            return match lookup(&[Context::Confirm], &key) {
+                Some(action) => act(app, action),
+                None => Vec::new(),
+            };
+        }
         let quits = matches!(key.code, KeyCode::Char('q'))
             || (key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL));
         return if quits { quit(app) } else { Vec::new() };
     }
+    let _ = previous_key;
     match lookup(&contexts(app), &key) {
-        Some(action) if is_answer(action) && typed_ahead(app, &key, previous_key) => {
+        Some(action) if is_answer(action) && typed_ahead(app) => {
+            app.last_typed_ms = app.mono_ms;
             app.status = Some("typed before the question appeared: read it, then answer".into());
             Vec::new()
         }
@@ -406,22 +449,25 @@ fn is_answer(action: KeyAction) -> bool {
     )
 }
 
-/// Whether a letter came too soon — after the question appeared, or after the
-/// previous key — to be an answer to the question rather than typing that ran on.
-fn typed_ahead(app: &App, key: &KeyEvent, previous_key: u64) -> bool {
-    matches!(key.code, KeyCode::Char(_))
-        && (app.mono_ms.saturating_sub(app.overlay_since) < TYPE_AHEAD_MS
-            || app.mono_ms.saturating_sub(previous_key) < TYPE_AHEAD_MS)
+/// Whether a key came too soon — after the question appeared, or after typing —
+/// to be an answer to the question rather than typing (or an Esc meant for the
+/// turn) that ran on.
+fn typed_ahead(app: &App) -> bool {
+    app.mono_ms.saturating_sub(app.overlay_since) < TYPE_AHEAD_MS
+        || app.mono_ms.saturating_sub(app.last_typed_ms) < TYPE_AHEAD_MS
 }
 
 /// A key no binding takes: text for the prompt or the filter.
 fn type_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
     if !app.overlay.is_empty() {
+        // A key a question does not take is typing that ran on into it.
+        app.last_typed_ms = app.mono_ms;
         return Vec::new();
     }
     if app.screen == Screen::Inspector && app.inspector.editing_filter {
         match key.code {
             KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+                app.last_typed_ms = app.mono_ms;
                 app.inspector.filter.push(c)
             }
             KeyCode::Backspace => {
@@ -432,6 +478,7 @@ fn type_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
         return refilter(app);
     }
     if app.screen == Screen::Chat && app.pane == Pane::Prompt {
+        app.last_typed_ms = app.mono_ms;
         app.prompt.input(key);
     }
     Vec::new()
@@ -497,7 +544,8 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             Vec::new()
         }
         A::DetailDown => {
-            app.inspector.detail_scroll = app.inspector.detail_scroll.saturating_add(3);
+            let most = u16::try_from(app.hidden.get().detail).unwrap_or(u16::MAX);
+            app.inspector.detail_scroll = app.inspector.detail_scroll.saturating_add(3).min(most);
             Vec::new()
         }
         A::NewSession => {
@@ -569,6 +617,7 @@ fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 act,
                 execution_id,
                 from_panel,
+                ..
             }) => vec![Effect::Act {
                 act,
                 execution_id,
@@ -607,8 +656,14 @@ fn send(app: &mut App) -> Vec<Effect> {
     if text.trim().is_empty() {
         return Vec::new();
     }
+    if app.creating {
+        app.status = Some("the new session is being created: send again in a moment".into());
+        return Vec::new();
+    }
+    app.creating = app.current_session().is_none();
     app.prompt = fresh_prompt();
     app.transcript.scroll = None;
+    app.transcript.pin = None;
     vec![Effect::Submit {
         session: app.current_session().map(str::to_string),
         prompt: text,
@@ -676,27 +731,23 @@ fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 A::Top => 0,
                 _ => *scroll,
             };
-            // The view stops at the last line.
-            *scroll = (*scroll).min(crate::keymap::help_lines().len() + 12);
+            // No further than the last line the view drew.
+            *scroll = (*scroll).min(app.hidden.get().help);
             return Vec::new();
         }
         Some(Overlay::Panel { lines, selected }) => {
             *selected = step(*selected, lines.len(), action);
             return Vec::new();
         }
-        Some(Overlay::Permission {
-            scroll, request, ..
-        }) => {
-            // At most the input's own lines (the view stops at its last line).
-            let most = serde_json::to_string_pretty(&request.input)
-                .map(|t| t.lines().count())
-                .unwrap_or(0);
+        Some(Overlay::Permission { scroll, .. }) => {
+            // No further than the last line the view drew.
+            let most = u16::try_from(app.hidden.get().permission).unwrap_or(u16::MAX);
             *scroll = match action {
                 A::Up => scroll.saturating_sub(1),
                 A::Down => scroll.saturating_add(1),
                 _ => *scroll,
             }
-            .min(u16::try_from(most).unwrap_or(u16::MAX));
+            .min(most);
             return Vec::new();
         }
         Some(_) => return Vec::new(),
@@ -811,12 +862,19 @@ fn scroll_transcript(app: &mut App, action: KeyAction) -> Vec<Effect> {
     if next >= bottom {
         t.scroll = None;
         t.anchor = None;
+        t.pin = None;
         return Vec::new();
     }
     t.scroll = Some(next);
     t.anchor = t.messages.first().map(|m| m.id.clone());
+    if t.pin.is_none() {
+        t.pin = t.messages.first().map(|m| (m.seq, 0));
+    }
     if next == 0 && t.has_older && matches!(action, A::Up | A::PageUp | A::Top) {
         t.loaded = t.loaded.max(TRANSCRIPT_PAGE) + TRANSCRIPT_PAGE;
+        if let Some((_, older)) = &mut t.pin {
+            *older += TRANSCRIPT_PAGE;
+        }
         return vec![load(app)];
     }
     Vec::new()
@@ -942,7 +1000,19 @@ fn ask(app: &mut App, act: Act) -> Vec<Effect> {
                 ));
                 return Vec::new();
             }
-            Some(line) => Some((line.execution_id.clone(), Some(*selected))),
+            Some(line) => Some((
+                line.execution_id.clone(),
+                Some(*selected),
+                format!(
+                    "{} · {}",
+                    app.launch
+                        .titles
+                        .get(&line.session_id)
+                        .cloned()
+                        .unwrap_or_else(|| line.session_id.clone()),
+                    line.what
+                ),
+            )),
             None => None,
         },
         Some(_) => return Vec::new(),
@@ -952,20 +1022,30 @@ fn ask(app: &mut App, act: Act) -> Vec<Effect> {
                 return Vec::new();
             }
             let i = app.inspector.selected;
+            let label = format!(
+                "{} row{}",
+                app.inspector.tab.title().to_lowercase(),
+                app.inspector
+                    .rows
+                    .session(i)
+                    .map(|s| format!(" of session {s}"))
+                    .unwrap_or_default()
+            );
             app.inspector
                 .rows
                 .execution(i)
                 .filter(|_| app.screen == Screen::Inspector)
-                .map(|e| (e, None))
+                .map(|e| (e, None, label))
         }
     };
-    let Some((execution_id, from_panel)) = target else {
+    let Some((execution_id, from_panel, label)) = target else {
         app.status = Some(format!("nothing to {} here", act.verb()));
         return Vec::new();
     };
     app.overlay.push(Overlay::Confirm {
         act,
         execution_id,
+        label,
         from_panel,
     });
     Vec::new()

@@ -42,6 +42,21 @@ pub fn view(app: &App, frame: &mut Frame) {
 }
 
 fn too_small(app: &App, frame: &mut Frame, area: Rect) {
+    if let Some(crate::app::Overlay::Quit { running }) = app.overlay.last() {
+        let n = running.len();
+        let text = vec![
+            Line::from(Span::styled("Quit?", app.theme.style(Role::Title))),
+            Line::from(format!(
+                "{n} turn{} running. y quit (continues at the next launch) · c cancel, then quit · n stay",
+                if n == 1 { "" } else { "s" }
+            )),
+        ];
+        frame.render_widget(
+            Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
+            area,
+        );
+        return;
+    }
     let text = vec![
         Line::from(Span::styled(
             "Terminal too small",
@@ -325,6 +340,13 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         }
         None => " new session ".to_string(),
     };
+    let title = match app.transcript.unreadable.len() {
+        0 => title,
+        n => format!(
+            "{title}⚠ {n} message{} cannot be read (`steward doctor`) ",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
     let block = border(app, title, focused);
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -336,7 +358,7 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
                 t.style(Role::Muted),
             )),
             Line::from(Span::styled(
-                if area.width < TWO_PANES {
+                if app.size.0 < TWO_PANES {
                     "or pick a session: Tab to the session list, j/k, Enter."
                 } else {
                     "or pick a session on the left (Tab, j/k, Enter)."
@@ -348,22 +370,8 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     let tr = &app.transcript;
-    let (mut lines, starts) =
+    let (lines, starts) =
         transcript::lines_with_starts(t, &tr.messages, &tr.pending, tr.expanded, inner.width);
-    if !tr.unreadable.is_empty() {
-        let n = tr.unreadable.len();
-        lines.insert(
-            0,
-            Line::from(Span::styled(
-                format!(
-                    "⚠ {n} message{} of this page cannot be read (first: {}); `steward doctor` says more",
-                    if n == 1 { "" } else { "s" },
-                    tr.unreadable[0].error
-                ),
-                t.style(Role::Error),
-            )),
-        );
-    }
     let height = usize::from(inner.height);
     let total = lines.len();
     let bottom = total.saturating_sub(height);

@@ -48,6 +48,25 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
             titles,
         };
         let result = steward_tui::run_chat(engine.clone(), asks, launch, options).await;
+        // Leaving takes a moment (running turns stop, and are reconciled); a second
+        // SIGTERM, SIGHUP or Ctrl-C meanwhile leaves at once, as a crash would —
+        // which recovery handles at the next launch.
+        tokio::spawn(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+                _ = int.recv() => {}
+            }
+            std::process::exit(130);
+        });
         let stopped = engine.shutdown().await?;
         let leave = result?;
         if !stopped.is_empty() && leave == steward_tui::Leave::Quit {

@@ -515,6 +515,18 @@ async fn r4_9_a_panicking_execution_stops_renewing_and_frees_its_session() {
     let first = expiry().await.expect("the claim is left for recovery");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(expiry().await, Some(first), "a heartbeat kept renewing");
+    // The next prompt does not wait out the lease: nothing runs the session here,
+    // so the abandoned claim is reconciled at once and the prompt admitted.
+    engine.submit(&session.id, "again").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), engine.wait_idle(&session.id))
+        .await
+        .expect("the session stayed busy");
+    let recovered: i64 = engine
+        .db()
+        .read(|c| Ok(c.query_row("SELECT count(*) FROM session_recovery", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert!(recovered >= 1, "the abandoned claim was not reconciled");
     engine.shutdown().await.unwrap();
 }
 

@@ -145,6 +145,18 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// The messages of a session from `from_seq` on, with the rows that cannot be
+    /// decoded set aside.
+    pub fn transcript_from_lenient(
+        &mut self,
+        session_id: &str,
+        from_seq: i64,
+    ) -> Result<(Vec<MessageRow>, Vec<rows::Unreadable>)> {
+        Ok(self
+            .read(|c, _| rows::messages_from_lenient(c, session_id, from_seq))?
+            .unwrap_or_default())
+    }
+
     /// One session's state (its badge).
     pub fn session_state(
         &mut self,

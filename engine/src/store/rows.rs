@@ -191,6 +191,29 @@ pub fn messages_before_lenient(
     let before = before_seq.unwrap_or(i64::MAX);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = stmt.query_map(params![session_id, before, limit], raw_message)?;
+    set_aside(rows)
+}
+
+/// The messages of a session from `from_seq` on (newest first in the query, in
+/// transcript order returned), undecodable rows set aside.
+pub fn messages_from_lenient(
+    conn: &Connection,
+    session_id: &str,
+    from_seq: i64,
+) -> Result<(Vec<MessageRow>, Vec<Unreadable>)> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq DESC"
+    ))?;
+    let rows = stmt.query_map(params![session_id, from_seq], raw_message)?;
+    set_aside(rows)
+}
+
+/// Rows newest first, decoded or set aside, returned in transcript order.
+fn set_aside(
+    rows: impl Iterator<Item = rusqlite::Result<RawMessage>>,
+) -> Result<(Vec<MessageRow>, Vec<Unreadable>)> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for row in rows {
         let raw = row?;

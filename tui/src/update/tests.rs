@@ -31,6 +31,12 @@ fn app_in(context: Context) -> App {
     app.inspector.rows = fixtures::quarantine();
     app.inspector.tab = Tab::Quarantine;
     app.inspector.selected = 0;
+    // As a frame would have left it: more to show in each scrollable box.
+    app.hidden.set(crate::app::Hidden {
+        help: 40,
+        permission: 5,
+        detail: 10,
+    });
     match context {
         Context::Prompt | Context::Always => app.pane = Pane::Prompt,
         Context::Chat | Context::Transcript => app.pane = Pane::Transcript,
@@ -91,7 +97,11 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
         A::Up | A::Down | A::Top | A::Bottom | A::PageUp | A::PageDown => match context {
             Context::Help => match (before.overlay.last(), app.overlay.last()) {
                 (Some(Overlay::Help { scroll: a }), Some(Overlay::Help { scroll: b })) => {
-                    if action == A::Up { b < a } else { b > a }
+                    if matches!(action, A::Up | A::PageUp | A::Top) {
+                        b < a
+                    } else {
+                        b > a
+                    }
                 }
                 _ => false,
             },

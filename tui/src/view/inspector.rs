@@ -107,11 +107,19 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                 .iter()
                 .map(|l| {
                     let (state, role) = claim_state(l, app.now_ms);
+                    // A countdown while the lease runs; then the time it ran out
+                    // (which does not need the clock to tick).
                     let expires = l
                         .claim
                         .expires_at
                         .as_i64()
-                        .map(|at| relative(at - app.now_ms))
+                        .map(|at| {
+                            if at > app.now_ms {
+                                relative(at - app.now_ms)
+                            } else {
+                                format!("at {}", super::clock_time(app, at))
+                            }
+                        })
                         .unwrap_or_else(|| l.claim.expires_at.to_string());
                     Row::new(vec![
                         Span::raw(short_id(&l.claim.execution_id)),
@@ -266,7 +274,20 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
     // Serialized straight from the row (never through a JSON map), so the fields
     // keep their declared order.
     let text = match &app.inspector.rows {
-        Rows::Claims(r) => r.get(i).map(pretty),
+        // The state as of now, as the table says it.
+        Rows::Claims(r) => r.get(i).map(|line| {
+            let mut line = line.clone();
+            if line.claim.state == ClaimState::Live
+                && line
+                    .claim
+                    .expires_at
+                    .as_i64()
+                    .is_none_or(|at| at <= app.now_ms)
+            {
+                line.claim.state = ClaimState::Expired;
+            }
+            pretty(&line)
+        }),
         Rows::Quarantine(r) => r.get(i).map(pretty),
         Rows::Wakes(r) => r.get(i).map(pretty),
         Rows::Recoveries(r) => r.get(i).map(pretty),
@@ -303,13 +324,16 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
             )),
         );
     }
-    // Scrolls (J/K) as far as its last line.
+    // Wrapped to the pane, and scrolled (J/K) as far as its last line.
+    let lines = super::transcript::wrap(lines, inner.width);
     let most = lines.len().saturating_sub(usize::from(inner.height));
+    app.hidden.set(crate::app::Hidden {
+        detail: most,
+        ..app.hidden.get()
+    });
     let scroll = usize::from(app.inspector.detail_scroll).min(most);
     frame.render_widget(
-        Paragraph::new(lines)
-            .wrap(ratatui::widgets::Wrap { trim: false })
-            .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
+        Paragraph::new(lines).scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
         inner,
     );
 }

@@ -19,8 +19,11 @@ pub fn render(app: &App, frame: &mut Frame, area: Rect) {
         Overlay::Help { scroll } => help(app, frame, area, *scroll),
         Overlay::Panel { lines, selected } => panel(app, frame, area, lines, *selected),
         Overlay::Confirm {
-            act, execution_id, ..
-        } => confirm(app, frame, area, *act, execution_id),
+            act,
+            execution_id,
+            label,
+            ..
+        } => confirm(app, frame, area, *act, execution_id, label),
         Overlay::Quit { running } => quit(app, frame, area, running),
         Overlay::Permission {
             request, scroll, ..
@@ -76,11 +79,35 @@ fn help(app: &App, frame: &mut Frame, area: Rect, scroll: usize) {
         area.width.saturating_sub(4).min(100),
         area.height.saturating_sub(2),
     );
-    // Wrapped to the box, with the help text's lines indented under themselves;
-    // the scroll stops at the last line.
-    let lines = super::transcript::wrap(lines, cell.width.saturating_sub(2));
+    // Wrapped to the box, each help text's continuation indented under it; the
+    // scroll stops at the last line.
+    let mut wrapped = Vec::new();
+    for line in lines {
+        let indent = if line.spans.len() == 2 { 24 } else { 0 };
+        for (i, piece) in super::transcript::wrap(vec![line], cell.width.saturating_sub(2))
+            .into_iter()
+            .enumerate()
+        {
+            if i == 0 || indent == 0 {
+                wrapped.push(piece);
+            } else {
+                let mut spans = vec![Span::raw(" ".repeat(indent))];
+                spans.extend(piece.spans);
+                wrapped.extend(super::transcript::wrap(
+                    vec![Line::from(spans)],
+                    cell.width.saturating_sub(2),
+                ));
+            }
+        }
+    }
+    let lines = wrapped;
     let height = usize::from(cell.height.saturating_sub(2));
-    let scroll = scroll.min(lines.len().saturating_sub(height));
+    let most = lines.len().saturating_sub(height);
+    app.hidden.set(crate::app::Hidden {
+        help: most,
+        ..app.hidden.get()
+    });
+    let scroll = scroll.min(most);
     let paragraph = Paragraph::new(lines)
         .block(block(app, " Keys ".into(), "Esc close · j/k scroll"))
         .scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0));
@@ -115,7 +142,13 @@ fn panel(
             .filter(|t| !t.is_empty())
             .cloned()
             .unwrap_or_else(|| short_id(&line.session_id));
-        let name: String = name.chars().take(20).collect();
+        let name = if name.chars().count() > 20 {
+            let mut short: String = name.chars().take(19).collect();
+            short.push('…');
+            short
+        } else {
+            name
+        };
         let role = match line.symbol {
             "⚠" => Role::Error,
             "↻" => Role::Recovered,
@@ -189,7 +222,7 @@ fn word_chunks(text: &str, width: usize) -> Vec<String> {
     chunks
 }
 
-fn confirm(app: &App, frame: &mut Frame, area: Rect, act: Act, execution_id: &str) {
+fn confirm(app: &App, frame: &mut Frame, area: Rect, act: Act, execution_id: &str, label: &str) {
     let what = match act {
         Act::Wake => {
             "Continue this execution now? Its continuation is promoted and the session runs."
@@ -201,13 +234,21 @@ fn confirm(app: &App, frame: &mut Frame, area: Rect, act: Act, execution_id: &st
     };
     let text = vec![
         Line::from(Span::styled(
+            label.to_string(),
+            app.theme.style(Role::Title),
+        )),
+        Line::from(Span::styled(
             execution_id.to_string(),
             app.theme.style(Role::Accent),
         )),
         Line::default(),
         Line::from(what.to_string()),
     ];
-    let cell = centered(frame, area, 70, 7);
+    let width = area.width.saturating_sub(4).min(76);
+    let height =
+        u16::try_from(super::transcript::wrap(text.clone(), width.saturating_sub(2)).len() + 2)
+            .unwrap_or(u16::MAX);
+    let cell = centered(frame, area, width, height);
     frame.render_widget(
         Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
             app,
@@ -231,7 +272,11 @@ fn quit(app: &App, frame: &mut Frame, area: Rect, running: &[String]) {
         Line::from("c  cancel them (recorded as cancelled), then quit"),
         Line::from("n  stay"),
     ];
-    let cell = centered(frame, area, 80, 9);
+    let width = area.width.saturating_sub(4).min(84);
+    let height =
+        u16::try_from(super::transcript::wrap(text.clone(), width.saturating_sub(2)).len() + 2)
+            .unwrap_or(u16::MAX);
+    let cell = centered(frame, area, width, height);
     frame.render_widget(
         Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
             app,
@@ -280,6 +325,10 @@ fn permission(
     let cell = centered(frame, area, width, height);
     let visible = usize::from(cell.height.saturating_sub(2));
     let hidden = text.len().saturating_sub(visible);
+    app.hidden.set(crate::app::Hidden {
+        permission: hidden,
+        ..app.hidden.get()
+    });
     let scroll = usize::from(scroll).min(hidden);
     let more = match hidden - scroll {
         0 if hidden == 0 => String::new(),

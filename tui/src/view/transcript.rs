@@ -54,7 +54,7 @@ pub fn lines_with_starts(
                 );
             }
             MessageData::Synthetic(s) => synthetic(&mut out, theme, s),
-            MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded),
+            MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded, width),
         }
         wrapped.extend(wrap(out, width));
     }
@@ -104,19 +104,31 @@ pub fn clean(text: &str) -> String {
                 out.extend(std::iter::repeat_n(' ', spaces));
                 column += spaces;
             }
-            '\u{1b}' => {
-                // CSI (`ESC [ … final`) or a two-character escape.
-                if chars.peek() == Some(&'[') {
-                    chars.next();
+            '\u{1b}' => match chars.next() {
+                // CSI: `ESC [ … final byte`.
+                Some('[') => {
                     for next in chars.by_ref() {
                         if ('\u{40}'..='\u{7e}').contains(&next) {
                             break;
                         }
                     }
-                } else {
-                    chars.next();
                 }
-            }
+                // OSC (titles, links), DCS, APC, PM: a string up to BEL or `ESC \`.
+                Some(']' | 'P' | '_' | '^') => {
+                    while let Some(next) = chars.next() {
+                        if next == '\u{7}' {
+                            break;
+                        }
+                        if next == '\u{1b}' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
             c if c.is_control() => {}
             c => {
                 out.push(c);
@@ -174,7 +186,13 @@ fn synthetic(
     text_block(out, theme, Some((symbol, role)), &text, role);
 }
 
-fn assistant(out: &mut Vec<Line<'static>>, theme: &Theme, a: &AssistantData, expanded: bool) {
+fn assistant(
+    out: &mut Vec<Line<'static>>,
+    theme: &Theme,
+    a: &AssistantData,
+    expanded: bool,
+    width: u16,
+) {
     out.push(Line::from(vec![
         Span::styled("assistant".to_string(), theme.style(Role::Title)),
         Span::styled(
@@ -200,7 +218,7 @@ fn assistant(out: &mut Vec<Line<'static>>, theme: &Theme, a: &AssistantData, exp
                     text_block(out, theme, None, text, Role::Plain);
                 }
             }
-            Part::Tool(tool) => tool_lines(out, theme, tool, expanded),
+            Part::Tool(tool) => tool_lines(out, theme, tool, expanded, width),
         }
     }
     // The error, unless a recovery text part already said it.
@@ -224,7 +242,13 @@ fn assistant(out: &mut Vec<Line<'static>>, theme: &Theme, a: &AssistantData, exp
     }
 }
 
-fn tool_lines(out: &mut Vec<Line<'static>>, theme: &Theme, tool: &ToolPart, expanded: bool) {
+fn tool_lines(
+    out: &mut Vec<Line<'static>>,
+    theme: &Theme,
+    tool: &ToolPart,
+    expanded: bool,
+    width: u16,
+) {
     let state = &tool.state;
     let (mark, role) = match state.status {
         ToolStatus::Pending => ("… pending", Role::Muted),
@@ -257,24 +281,30 @@ fn tool_lines(out: &mut Vec<Line<'static>>, theme: &Theme, tool: &ToolPart, expa
     }
     if let Some(output) = state.output.as_deref().filter(|o| !o.trim().is_empty()) {
         let output = clean(output);
-        let lines: Vec<&str> = output.trim_end_matches('\n').split('\n').collect();
+        // Counted in lines on screen: one long line of output folds like many.
+        let rows = wrap(
+            output
+                .trim_end_matches('\n')
+                .split('\n')
+                .map(|line| {
+                    Line::from(vec![
+                        Span::raw("    "),
+                        Span::styled(line.to_string(), theme.style(Role::Muted)),
+                    ])
+                })
+                .collect(),
+            width,
+        );
         let shown = if expanded {
-            lines.len()
+            rows.len()
         } else {
-            lines.len().min(COLLAPSED_LINES)
+            rows.len().min(COLLAPSED_LINES)
         };
-        for line in &lines[..shown] {
-            out.push(Line::from(vec![
-                Span::raw("    "),
-                Span::styled((*line).to_string(), theme.style(Role::Muted)),
-            ]));
-        }
-        if shown < lines.len() {
+        let more = rows.len() - shown;
+        out.extend(rows.into_iter().take(shown));
+        if more > 0 {
             out.push(Line::from(Span::styled(
-                format!(
-                    "    … {} more lines (Enter in the transcript expands)",
-                    lines.len() - shown
-                ),
+                format!("    … {more} more lines (Enter in the transcript expands)"),
                 theme.style(Role::Muted),
             )));
         }
@@ -385,6 +415,11 @@ mod tests {
         assert_eq!(clean("a\tb\r\nc\rd"), "a   b\nc\nd");
         assert_eq!(clean("ab\tc"), "ab  c");
         assert_eq!(clean("\u{1b}[31mred\u{1b}[0m\u{7}!"), "red!");
+        assert_eq!(clean("\u{1b}]0;TITLE\u{7}a"), "a");
+        assert_eq!(
+            clean("\u{1b}]8;;http://x.example\u{1b}\\link\u{1b}]8;;\u{1b}\\"),
+            "link"
+        );
     }
 
     fn assistant_row(data: serde_json::Value) -> MessageRow {

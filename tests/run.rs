@@ -215,3 +215,32 @@ fn show_of_an_unknown_session_fails_clearly() {
     assert_eq!(code(&output), 1);
     assert_eq!(stderr(&output), "steward: session ses_nope not found\n");
 }
+
+#[test]
+fn sessions_lists_the_newest_page_and_says_how_many_more_there_are() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "hello.toml", "[[step]]\ntext = [\"Hello.\"]\n");
+    for title in ["first", "second", "third"] {
+        let output = env.run(&[
+            "--script", &script, "run", "--dir", &work, "--title", title, "hi",
+        ]);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    let page = stdout(&env.run(&["sessions", "--limit", "2"]));
+    let lines: Vec<&str> = page.lines().collect();
+    assert_eq!(lines.len(), 3, "{page}");
+    assert!(
+        lines[0].contains("third") && lines[1].contains("second"),
+        "{page}"
+    );
+    assert!(lines[2].contains("1 older"), "{page}");
+    let all = stdout(&env.run(&["sessions", "--all"]));
+    assert_eq!(all.lines().count(), 3, "{all}");
+    let json: Value =
+        serde_json::from_str(&stdout(&env.run(&["sessions", "--json", "--limit", "1"]))).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 1);
+    assert_eq!(json[0]["title"], "third");
+    let refused = env.run(&["sessions", "--limit", "0"]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+}

@@ -8,6 +8,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "support/table.rs"]
+mod table;
+
 use std::time::{Duration, Instant};
 
 use steward_engine::claim::{self, Acquire, Claim, Fenced};
@@ -152,4 +155,24 @@ fn main() {
     );
     println!("heartbeat renewals/s     {:>10.0}", rate(renew));
     println!("acquire+clear cycles/s   {:>10.0}", rate(cycle));
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / OPS as f64;
+    let raw_us = us(raw);
+    for (what, d) in [
+        ("fenced event commit", fenced),
+        ("heartbeat renewal", renew),
+        ("acquire + clear", cycle),
+    ] {
+        table::row(
+            "claims",
+            what,
+            us(d),
+            "µs/op",
+            Some(("raw single-row insert", raw_us)),
+            if what == "fenced event commit" {
+                "ratio ≤ 1.67 (raw/fenced ≥ 0.6)"
+            } else {
+                "-"
+            },
+        );
+    }
 }

@@ -5,6 +5,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "support/table.rs"]
+mod table;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,13 +36,35 @@ fn main() {
         "{:<22} {:>12} {:>10} {:>12} {:>14} {:>16}",
         "stream", "deltas/s", "commits", "commits/s", "deltas/commit", "max wait (ms)"
     );
+    let (mut fast, mut paced) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        runtime.block_on(run("10,000 at once", DELTAS, 0));
-        runtime.block_on(run("2,000 at 1 per ms", PACED_DELTAS, 1));
+        fast.push(runtime.block_on(run("10,000 at once", DELTAS, 0)));
+        paced.push(runtime.block_on(run("2,000 at 1 per ms", PACED_DELTAS, 1)));
     }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    table::row(
+        "runner",
+        "10,000 deltas at once: deltas per commit",
+        median(fast),
+        "deltas",
+        None,
+        "≥ 20",
+    );
+    table::row(
+        "runner",
+        "2,000 deltas at 1 per ms: deltas per commit",
+        median(paced),
+        "deltas",
+        None,
+        "-",
+    );
 }
 
-async fn run(label: &str, deltas: usize, delay_ms: u64) {
+/// One streamed run; returns its deltas per commit.
+async fn run(label: &str, deltas: usize, delay_ms: u64) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let clock: SharedClock = SystemClock::shared();
     let db = Db::start(Store::open(&dir.path().join("steward.db"), clock.as_ref()).unwrap());
@@ -86,4 +111,5 @@ async fn run(label: &str, deltas: usize, delay_ms: u64) {
         stats.max_delta_wait.as_secs_f64() * 1e3
     );
     engine.shutdown().await.unwrap();
+    stats.deltas as f64 / stats.text_commits as f64
 }

@@ -5,6 +5,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "support/table.rs"]
+mod table;
+
 use std::time::{Duration, Instant};
 
 use steward_engine::clock::ManualClock;
@@ -149,4 +152,41 @@ fn main() {
         "NORMAL/FULL event throughput: {:.2}x",
         rows[0].1.as_secs_f64() / rows[1].1.as_secs_f64()
     );
+    let fsync = raw_fsync(dir.path());
+    println!("raw 4 KiB write + fsync: {fsync:.1} µs/op");
+    for (name, event, raw) in rows {
+        table::row(
+            "store",
+            &format!("event append, synchronous={name}"),
+            per_op(event),
+            "µs/op",
+            Some(("raw single-row insert", per_op(raw))),
+            "-",
+        );
+    }
+    table::row(
+        "store",
+        "raw single-row insert, synchronous=FULL",
+        per_op(rows[0].2),
+        "µs/op",
+        Some(("raw 4 KiB write + fsync", fsync)),
+        "-",
+    );
+}
+
+/// A 4 KiB write and an fsync of a plain file, per operation (µs; median round).
+fn raw_fsync(dir: &std::path::Path) -> f64 {
+    use std::io::Write;
+    let mut file = std::fs::File::create(dir.join("fsync.bin")).unwrap();
+    let page = [7u8; 4096];
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..OPS {
+            file.write_all(&page).unwrap();
+            file.sync_all().unwrap();
+        }
+        rounds.push(start.elapsed());
+    }
+    per_op(median(rounds))
 }

@@ -23,6 +23,10 @@ pub struct Reader {
     path: PathBuf,
     owners: Owners,
     conn: Option<Connection>,
+    /// The last counts read, and the connection's `PRAGMA data_version` then: while
+    /// no other connection commits, the counts cannot change, and a screen that
+    /// redraws does not count every table again.
+    counts: Option<(i64, Counts)>,
     /// The connection was opened with `immutable=1` (no log existed): it cannot see
     /// later writes, so it is reopened (and the file checked again) before a read
     /// once the file has changed — only then.
@@ -50,6 +54,7 @@ impl Reader {
             path: database.to_path_buf(),
             owners: Owners::new(owners_dir),
             conn: None,
+            counts: None,
             immutable: None,
             damaged_ok,
         };
@@ -69,6 +74,7 @@ impl Reader {
             return Ok(());
         }
         self.conn = None;
+        self.counts = None;
         match open::preflight(&self.path, MIGRATIONS) {
             Ok(Preflight::Absent) => return Ok(()),
             Ok(_) => {}
@@ -105,7 +111,16 @@ impl Reader {
 
     /// How many rows each table holds (all zero without a database).
     pub fn counts(&mut self) -> Result<Counts> {
-        Ok(self.read(|c, _| pages::counts(c))?.unwrap_or_default())
+        let cached = self.counts;
+        let read = self.read(move |c, _| {
+            let version: i64 = c.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+            match cached {
+                Some((seen, counts)) if seen == version => Ok((version, counts)),
+                _ => Ok((version, pages::counts(c)?)),
+            }
+        })?;
+        self.counts = read;
+        Ok(read.map(|(_, counts)| counts).unwrap_or_default())
     }
 
     /// Sessions, newest first.
@@ -225,5 +240,37 @@ impl Reader {
     pub fn with_connection<R>(&mut self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
         self.read(|c, _| f(c))?
             .ok_or_else(|| Error::Invalid("there is no database yet".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_follow_commits_made_by_other_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steward.db");
+        let clock = crate::clock::ManualClock::new(1_000);
+        let mut store = crate::store::Store::open(&path, &clock).unwrap();
+        let mut reader = Reader::open(&path, &dir.path().join("owners")).unwrap();
+        assert_eq!(reader.counts().unwrap().sessions, 0);
+        // Read twice with nothing new: the same counts (from the cache).
+        assert_eq!(reader.counts().unwrap().sessions, 0);
+        store
+            .write(|tx| {
+                crate::store::events::append_unowned(
+                    tx,
+                    "ses_a",
+                    1_000,
+                    crate::events::Event::SessionCreated {
+                        title: "t".into(),
+                        directory: "/".into(),
+                    },
+                )
+                .map(drop)
+            })
+            .unwrap();
+        assert_eq!(reader.counts().unwrap().sessions, 1);
     }
 }

@@ -1,0 +1,258 @@
+//! Large history: the commands a person runs many times a day, on a file of 10,000
+//! sessions and about 1,000,000 events, each beside the same command on a file of
+//! about 10,000 events, measured in the same run (medians of interleaved runs of the
+//! real binary). Each must stay within 2× of its small-file time — `doctor`, which
+//! replays every event, within 2× per event — or this bench exits non-zero.
+//! `cargo bench -p steward --bench history` (the files are built once, under
+//! `target/bench-history/`).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+#[path = "../../engine/benches/support/history.rs"]
+mod history;
+#[path = "../../engine/benches/support/table.rs"]
+mod table;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use history::{History, Spec};
+
+const RUNS: usize = 5;
+/// How much slower a command may be on the large file.
+const RATIO: f64 = 2.0;
+
+const SMALL: Spec = Spec {
+    name: "small",
+    sessions: 24,
+    turns: 9,
+    long_messages: 2_000,
+};
+const LARGE: Spec = Spec {
+    name: "large",
+    sessions: 9_999,
+    turns: 9,
+    long_messages: 2_000,
+};
+
+fn steward() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_steward"));
+    for var in [
+        "STEWARD_DATA_DIR",
+        "STEWARD_CONFIG",
+        "STEWARD_LOG",
+        "FAILPOINTS",
+        "XDG_DATA_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_STATE_HOME",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `args` on `data` and returns its wall time.
+fn time(data: &Path, config: &Path, args: &[&str]) -> Duration {
+    let start = Instant::now();
+    let output = steward()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        output.status.success(),
+        "steward {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    took
+}
+
+/// An OpenAI-compatible server on loopback that answers every request with a short
+/// streamed reply, and tells when each request arrived.
+fn provider() -> (u16, mpsc::Receiver<Instant>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (arrived, arrivals) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = arrived.send(Instant::now());
+            // The request: headers, then a body of Content-Length bytes.
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":null}]}\n\n\
+                        data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                        data: [DONE]\n\n";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, arrivals)
+}
+
+/// `steward run` to its first provider request.
+fn first_request(
+    data: &Path,
+    config: &Path,
+    work: &Path,
+    arrivals: &mpsc::Receiver<Instant>,
+) -> Duration {
+    while arrivals.try_recv().is_ok() {}
+    let start = Instant::now();
+    let mut child = steward()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .args(["run", "--dir"])
+        .arg(work)
+        .arg("hello")
+        .spawn()
+        .unwrap();
+    let arrived = arrivals
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no provider request");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "steward run failed");
+    arrived - start
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e3
+}
+
+fn main() {
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target");
+    eprintln!("building the history files (once; cached under target/bench-history)…");
+    let small = history::data_dir(&target, SMALL);
+    let large = history::data_dir(&target, LARGE);
+    let scratch = tempfile::tempdir().unwrap();
+    let work = scratch.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let (port, arrivals) = provider();
+    let config = scratch.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nname = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"bench\"\nmax_attempts = 1\n"
+        ),
+    )
+    .unwrap();
+    println!(
+        "large history: {} sessions, {} events, {:.0} MB — beside {} sessions, {} events, {:.1} MB",
+        large.sessions,
+        large.events,
+        large.bytes as f64 / 1e6,
+        small.sessions,
+        small.events,
+        small.bytes as f64 / 1e6
+    );
+    let show = |h: &History| vec!["show".to_string(), h.long_session.clone()];
+    type Case<'a> = (&'a str, Box<dyn Fn(&History) -> Duration + 'a>);
+    let cases: Vec<Case> = vec![
+        (
+            "sessions",
+            Box::new(|h: &History| time(&h.data_dir, &config, &["sessions"])),
+        ),
+        (
+            "show (2,000 messages)",
+            Box::new(|h: &History| {
+                let args = show(h);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                time(&h.data_dir, &config, &args)
+            }),
+        ),
+        (
+            "inspect --json",
+            Box::new(|h: &History| time(&h.data_dir, &config, &["inspect", "--json"])),
+        ),
+        (
+            "run to first provider request",
+            Box::new(|h: &History| first_request(&h.data_dir, &config, &work, &arrivals)),
+        ),
+        (
+            "doctor",
+            Box::new(|h: &History| time(&h.data_dir, &config, &["doctor"])),
+        ),
+    ];
+    println!(
+        "{:<32} {:>12} {:>12} {:>8} {:>8}",
+        "command", "small (ms)", "large (ms)", "ratio", "limit"
+    );
+    let mut failed = Vec::new();
+    for (name, run) in &cases {
+        // One warm-up each, then interleaved runs.
+        run(&small);
+        run(&large);
+        let (mut s, mut l) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            s.push(run(&small));
+            l.push(run(&large));
+        }
+        let (s, l) = (median(s), median(l));
+        let (ratio, what, unit, value, base) = if *name == "doctor" {
+            // Per event: its replay reads every one.
+            let (per_small, per_large) =
+                (s * 1e3 / small.events as f64, l * 1e3 / large.events as f64);
+            (
+                per_large / per_small,
+                "doctor per event",
+                "µs",
+                per_large,
+                per_small,
+            )
+        } else {
+            (l / s, *name, "ms", l, s)
+        };
+        println!("{what:<32} {s:>12.1} {l:>12.1} {ratio:>8.2} {RATIO:>8.1}");
+        table::row(
+            "large history",
+            what,
+            value,
+            unit,
+            Some(("same on 10k events", base)),
+            "ratio ≤ 2",
+        );
+        if ratio > RATIO {
+            failed.push(format!("{what}: {ratio:.2}× the small file's"));
+        }
+    }
+    if !failed.is_empty() {
+        eprintln!("over the limit: {}", failed.join("; "));
+        std::process::exit(1);
+    }
+}

@@ -577,6 +577,15 @@ fn acp_what_another_process_does_in_an_opened_session_streams_to_the_client() {
         agent_text(&editor.updates(&session)),
         "alpha beta gamma delta"
     );
+    // The other window's prompt is shown too, as a load would replay it.
+    assert!(
+        editor
+            .updates(&session)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "user_message_chunk" && u["content"]["text"] == "go"),
+        "{:#?}",
+        editor.updates(&session)
+    );
     assert!(editor.close().success());
 }
 

@@ -216,8 +216,13 @@ fn show_of_an_unknown_session_fails_clearly() {
     assert_eq!(stderr(&output), "steward: session ses_nope not found\n");
 }
 
+fn json_sessions(env: &Env) -> Vec<Value> {
+    let listed: Value = serde_json::from_str(&stdout(&env.run(&["sessions", "--json"]))).unwrap();
+    listed.as_array().unwrap().clone()
+}
+
 #[test]
-fn sessions_lists_the_newest_page_and_says_how_many_more_there_are() {
+fn sessions_lists_the_most_recent_page_and_says_how_many_more_there_are() {
     let env = Env::new();
     let work = work_dir(&env);
     let script = write_script(&env, "hello.toml", "[[step]]\ntext = [\"Hello.\"]\n");
@@ -234,13 +239,24 @@ fn sessions_lists_the_newest_page_and_says_how_many_more_there_are() {
         lines[0].contains("third") && lines[1].contains("second"),
         "{page}"
     );
-    assert!(lines[2].contains("1 older"), "{page}");
+    assert!(lines[2].contains("1 less recent"), "{page}");
     let all = stdout(&env.run(&["sessions", "--all"]));
     assert_eq!(all.lines().count(), 3, "{all}");
     let json: Value =
         serde_json::from_str(&stdout(&env.run(&["sessions", "--json", "--limit", "1"]))).unwrap();
     assert_eq!(json.as_array().unwrap().len(), 1);
     assert_eq!(json[0]["title"], "third");
+    // Used again, the oldest comes first; --json lists every session by default.
+    let first = json_sessions(&env)
+        .into_iter()
+        .find(|s| s["title"] == "first")
+        .unwrap();
+    let id = first["id"].as_str().unwrap().to_string();
+    let output = env.run(&["--script", &script, "run", "--session", &id, "again"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let page = stdout(&env.run(&["sessions", "--limit", "1"]));
+    assert!(page.lines().next().unwrap().contains("first"), "{page}");
+    assert_eq!(json_sessions(&env).len(), 3);
     let refused = env.run(&["sessions", "--limit", "0"]);
     assert_eq!(code(&refused), 2, "{}", stderr(&refused));
 }

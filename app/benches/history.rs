@@ -181,6 +181,14 @@ fn main() {
         small.events,
         small.bytes as f64 / 1e6
     );
+    let (small_copy, large_copy) = (scratch.path().join("small"), scratch.path().join("large"));
+    for (from, to) in [
+        (&small.data_dir, &small_copy),
+        (&large.data_dir, &large_copy),
+    ] {
+        std::fs::create_dir_all(to).unwrap();
+        std::fs::copy(from.join("steward.db"), to.join("steward.db")).unwrap();
+    }
     let show = |h: &History| vec!["show".to_string(), h.long_session.clone()];
     type Case<'a> = (&'a str, Box<dyn Fn(&History) -> Duration + 'a>);
     let cases: Vec<Case> = vec![
@@ -202,7 +210,15 @@ fn main() {
         ),
         (
             "run to first provider request",
-            Box::new(|h: &History| first_request(&h.data_dir, &config, &work, &arrivals)),
+            // On a copy: each run adds a session, and the cached files stay as built.
+            Box::new(|h: &History| {
+                let copy = if h.data_dir == small.data_dir {
+                    &small_copy
+                } else {
+                    &large_copy
+                };
+                first_request(copy, &config, &work, &arrivals)
+            }),
         ),
         (
             "doctor",
@@ -245,7 +261,7 @@ fn main() {
             value,
             unit,
             Some(("same on 10k events", base)),
-            "ratio ≤ 2",
+            table::Limit::RatioAtMost(RATIO),
         );
         if ratio > RATIO {
             failed.push(format!("{what}: {ratio:.2}× the small file's"));

@@ -176,6 +176,9 @@ fn main() {
             let screen = Screen::start(data, home.path());
             out.push(screen.wait_for(" Sessions ", start));
             if data == &large.data_dir {
+                // Once the launch has settled (recovery, the first loads): the
+                // high-water mark then covers all of it.
+                std::thread::sleep(Duration::from_millis(500));
                 peak = peak.max(screen.peak_rss_mb());
             }
             screen.quit();
@@ -194,7 +197,10 @@ fn main() {
         l,
         "ms",
         Some(("same on 10k events", s)),
-        "100 ms (bar 150)",
+        table::Limit::Below {
+            target: 100.0,
+            bar: 150.0,
+        },
     );
     println!("peak resident memory of that launch: {peak:.1} MB (target < 50)");
     table::row(
@@ -203,7 +209,10 @@ fn main() {
         peak,
         "MB",
         None,
-        "< 50 MB",
+        table::Limit::Below {
+            target: 50.0,
+            bar: 50.0,
+        },
     );
 
     // An idle screen over a minute.
@@ -227,6 +236,9 @@ fn main() {
         percent,
         "% core",
         None,
-        "< 0.5 %",
+        table::Limit::Below {
+            target: 0.5,
+            bar: 0.5,
+        },
     );
 }

@@ -58,6 +58,7 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
             shut_down: shut_down_seen,
             database: ctx.paths.database.clone(),
             owners: ctx.paths.owners.clone(),
+            reader: std::sync::Mutex::new(None),
         });
         let (incoming, mut messages) = mpsc::unbounded_channel();
         let reader = tokio::spawn(transport::read_messages(

@@ -66,15 +66,16 @@ enum Command {
     /// Run a prompt headless: admit it (to a new session unless --session), run until
     /// the session is idle, and stream the assistant's text to stdout.
     Run(commands::run::RunArgs),
-    /// List sessions with their state, newest first: the newest 50 unless told
-    /// otherwise. Never recovers or runs anything.
+    /// List sessions with their state, most recently active first: the 50 most
+    /// recent (every one with --json), unless told otherwise. Never recovers or runs
+    /// anything.
     Sessions {
-        /// Print a JSON array.
+        /// Print a JSON array (of every session, unless --limit is given).
         #[arg(long)]
         json: bool,
-        /// How many sessions to list.
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-        limit: u32,
+        /// How many sessions to list [default: 50, or all with --json].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: Option<u32>,
         /// List every session.
         #[arg(long, conflicts_with = "limit")]
         all: bool,
@@ -183,12 +184,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
     match command {
         Command::Run(args) => commands::run::run(&ctx, store, args),
-        Command::Sessions { json, limit, all } => commands::sessions::run(
-            &store,
-            ctx.clock.now_ms(),
-            json,
-            (!all).then_some(limit as usize),
-        ),
+        Command::Sessions { json, limit, all } => {
+            let limit = match (limit, all, json) {
+                (_, true, _) => None,
+                (Some(n), _, _) => Some(n as usize),
+                (None, _, true) => None,
+                (None, _, false) => Some(50),
+            };
+            commands::sessions::run(&store, ctx.clock.now_ms(), json, limit)
+        }
         Command::Show { session, json } => commands::show::run(&store, &session, json),
         Command::Recover { json, no_wake } => commands::recover::run(&ctx, store, json, no_wake),
         Command::Wake { execution_id } => commands::wake::run(&ctx, store, execution_id),

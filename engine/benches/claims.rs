@@ -169,9 +169,10 @@ fn main() {
             "µs/op",
             Some(("raw single-row insert", raw_us)),
             if what == "fenced event commit" {
-                "ratio ≤ 1.67 (raw/fenced ≥ 0.6)"
+                // raw/fenced ≥ 0.6
+                table::Limit::RatioAtMost(1.67)
             } else {
-                "-"
+                table::Limit::None
             },
         );
     }

@@ -51,7 +51,7 @@ fn main() {
         median(fast),
         "deltas",
         None,
-        "≥ 20",
+        table::Limit::AtLeast(20.0),
     );
     table::row(
         "runner",
@@ -59,7 +59,7 @@ fn main() {
         median(paced),
         "deltas",
         None,
-        "-",
+        table::Limit::None,
     );
 }
 

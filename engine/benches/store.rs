@@ -161,7 +161,7 @@ fn main() {
             per_op(event),
             "µs/op",
             Some(("raw single-row insert", per_op(raw))),
-            "-",
+            table::Limit::None,
         );
     }
     table::row(
@@ -170,7 +170,7 @@ fn main() {
         per_op(rows[0].2),
         "µs/op",
         Some(("raw 4 KiB write + fsync", fsync)),
-        "-",
+        table::Limit::None,
     );
 }
 

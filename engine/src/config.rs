@@ -115,6 +115,9 @@ pub fn with_allowed_tool(text: &str, tool: &str) -> Result<String, String> {
 /// missing), reading the file as it is now. The file is replaced in one rename
 /// beside its real path (a symlinked config stays a symlink) and keeps its mode.
 pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), String> {
+    // One save at a time in this process: each reads what the one before wrote.
+    static SAVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = SAVING.lock().unwrap_or_else(|e| e.into_inner());
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let (text, mode) = match std::fs::read_to_string(&target) {
         Ok(text) => {
@@ -129,7 +132,7 @@ pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), Strin
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let temp = target.with_extension("toml.saving");
+    let temp = target.with_extension(format!("toml.saving-{}", std::process::id()));
     let _ = std::fs::remove_file(&temp);
     let written = (|| {
         use std::io::Write;

@@ -52,6 +52,7 @@ pub mod error;
 pub mod events;
 pub mod inspect;
 pub mod message;
+pub mod printable;
 pub mod projection;
 pub mod provider;
 pub mod tools;

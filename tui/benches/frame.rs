@@ -184,7 +184,10 @@ fn main() {
             ms,
             "ms",
             None,
-            "5 ms (bar 16)",
+            table::Limit::Below {
+                target: 5.0,
+                bar: 16.0,
+            },
         );
     }
 }

@@ -210,6 +210,8 @@ pub struct SessionList {
     pub request: PageRequest,
     /// The page whose rows are on screen.
     pub shown: PageRequest,
+    /// The next load keeps `selected` as it is (a move or a new session chose it).
+    pub keep_selection: bool,
 }
 
 impl Default for SessionList {
@@ -219,6 +221,7 @@ impl Default for SessionList {
             selected: 0,
             request: PageRequest::first(PAGE),
             shown: PageRequest::first(PAGE),
+            keep_selection: false,
         }
     }
 }

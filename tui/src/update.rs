@@ -164,8 +164,10 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             app.transcript.session = Some(session);
             app.pane = Pane::Prompt;
             app.screen = Screen::Chat;
+            // The new session tops the first page: select it there.
             app.sessions.request = PageRequest::first(PAGE);
             app.sessions.selected = 0;
+            app.sessions.keep_selection = true;
             vec![load(app)]
         }
         Msg::Launched(launch) => {
@@ -297,9 +299,10 @@ fn apply(app: &mut App, loaded: Loaded) {
             };
             return apply_rest(app, loaded.transcript, loaded.rows, loaded.own_claims);
         }
-        // A reload of the page shown keeps the selected row; another page keeps
-        // the place the move chose.
-        let refresh = request == app.sessions.shown;
+        // A reload of the page shown keeps the selected row; another page (or a
+        // new session) keeps the place the move chose.
+        let refresh = request == app.sessions.shown && !app.sessions.keep_selection;
+        app.sessions.keep_selection = false;
         app.sessions.shown = request;
         let selected = app
             .sessions
@@ -420,8 +423,15 @@ fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
         // answering the question leaving asks, which the small screen shows.
         if matches!(app.overlay.last(), Some(Overlay::Quit { .. })) {
             return match lookup(&[Context::Confirm], &key) {
+                Some(action) if is_answer(action) && typed_ahead(app) => {
+                    app.last_typed_ms = app.mono_ms;
+                    Vec::new()
+                }
                 Some(action) => act(app, action),
-                None => Vec::new(),
+                None => {
+                    app.last_typed_ms = app.mono_ms;
+                    Vec::new()
+                }
             };
         }
         let quits = matches!(key.code, KeyCode::Char('q'))
@@ -723,6 +733,8 @@ fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
     use KeyAction as A;
     match app.overlay.last_mut() {
         Some(Overlay::Help { scroll }) => {
+            // From where the view is (the window may have grown since).
+            *scroll = (*scroll).min(app.hidden.get().help);
             *scroll = match action {
                 A::Up => scroll.saturating_sub(1),
                 A::Down => *scroll + 1,
@@ -1072,6 +1084,15 @@ fn not_applicable(app: &App, act: Act) -> Option<String> {
 }
 
 fn answer(app: &mut App, action: KeyAction) -> Vec<Effect> {
+    if matches!(action, KeyAction::AllowAlways | KeyAction::AllowAndSave)
+        && matches!(app.overlay.last(), Some(Overlay::Permission { request, .. }) if request.outside.is_some())
+    {
+        app.status = Some(
+            "a call outside the session's directory is asked about every time: y allows it once"
+                .into(),
+        );
+        return Vec::new();
+    }
     let Some(Overlay::Permission { id, request, .. }) = app.overlay.pop() else {
         return Vec::new();
     };

@@ -44,6 +44,8 @@ pub struct Agent {
     pub shut_down: tokio::sync::watch::Receiver<bool>,
     pub database: PathBuf,
     pub owners: PathBuf,
+    /// The read-only view `session/list` pages through, opened at its first use.
+    pub reader: std::sync::Mutex<Option<steward_engine::inspect::Reader>>,
 }
 
 /// What follows an answer.
@@ -257,9 +259,16 @@ impl Agent {
     async fn list(&self, request: ListSessionsRequest) -> Result<Value, Failure> {
         let cwd = request.cwd.as_deref().map(directory_key).transpose()?;
         let cwd = cwd.map(|c| c.to_string_lossy().into_owned());
-        let (database, owners) = (self.database.clone(), self.owners.clone());
-        let mut reader =
-            steward_engine::inspect::Reader::open(&database, &owners).map_err(engine_failure)?;
+        // One reader for the connection's life: the file is checked once, not at
+        // every list.
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(
+                steward_engine::inspect::Reader::open(&self.database, &self.owners)
+                    .map_err(engine_failure)?,
+            );
+        }
+        let reader = slot.as_mut().expect("opened above");
         if let Some(cursor) = &request.cursor
             && reader.session(cursor).map_err(engine_failure)?.is_none()
         {
@@ -317,13 +326,15 @@ impl Agent {
             })
             .await
             .map_err(engine_failure)?;
-        self.views.new_paragraph(&session);
+        self.views.expect_prompt(&session, &text);
         let mut events = self.engine.subscribe();
-        let input = self
-            .engine
-            .submit(&session, &text)
-            .await
-            .map_err(engine_failure)?;
+        let input = match self.engine.submit(&session, &text).await {
+            Ok(input) => input,
+            Err(e) => {
+                self.views.forget_prompt(&session, &text);
+                return Err(engine_failure(e));
+            }
+        };
         // The prompt may be queued behind an execution already running (a
         // continuation): a cancel stops whatever runs, and the execution that takes
         // up this prompt too, however late it starts.
@@ -714,6 +725,7 @@ mod turn_tests {
             shut_down,
             database,
             owners: dir.path().join("owners"),
+            reader: std::sync::Mutex::new(None),
         };
         (Arc::new(agent), received)
     }

@@ -126,12 +126,31 @@ fn error_text(error: &MessageError) -> String {
 pub struct Stream {
     tools: HashMap<String, ToolCallStatus>,
     last_text: Option<String>,
+    /// Agent chunks sent so far.
+    texts: u64,
 }
 
 impl Stream {
-    /// What comes next is a new turn's: no paragraph break before it.
-    pub fn new_paragraph(&mut self) {
-        self.last_text = None;
+    /// Agent chunks sent so far (to tell whether any came since a moment).
+    pub fn texts(&self) -> u64 {
+        self.texts
+    }
+
+    /// A user's prompt began a turn. The client's own prompt is on its screen
+    /// already: when nothing streamed since it was sent, the turn's first text
+    /// starts without a paragraph break; when something did (a continuation still
+    /// running), it is set apart. Another process's prompt is shown as the
+    /// client's would be.
+    pub fn prompt(&mut self, text: &str, own_sent_at: Option<u64>) -> Vec<SessionUpdate> {
+        match own_sent_at {
+            Some(at) => {
+                if self.texts == at {
+                    self.last_text = None;
+                }
+                Vec::new()
+            }
+            None => vec![self.other(user_text(text.to_string()))],
+        }
     }
 
     /// Agent text belonging to `key` (a part id, or a note's own key).
@@ -141,6 +160,7 @@ impl Stream {
             _ => text.to_string(),
         };
         self.last_text = Some(key.to_string());
+        self.texts += 1;
         agent_text(text)
     }
 
@@ -239,13 +259,6 @@ impl Stream {
                 ToolCallStatus::Failed,
                 tool_update(call_id, ToolCallStatus::Failed, Some(error)),
             )],
-            // A user's prompt starts a turn (the client shows the prompt itself).
-            Event::InputPromoted { input_id, .. }
-                if steward_engine::ids::continuation_execution(input_id).is_none() =>
-            {
-                self.new_paragraph();
-                Vec::new()
-            }
             _ => Vec::new(),
         }
     }
@@ -406,6 +419,32 @@ mod tests {
                 json!("\n\nupstream 500"),
             ]
         );
+    }
+
+    #[test]
+    fn a_prompt_from_elsewhere_is_shown_and_the_clients_own_starts_a_fresh_paragraph() {
+        let mut stream = Stream::default();
+        let text = |part: &str, text: &str| Event::StepText {
+            message_id: "m".into(),
+            part_id: part.into(),
+            text: text.into(),
+        };
+        stream.event(&text("p1", "first answer"));
+        // The client's prompt, with nothing streamed since it was sent.
+        let sent_at = stream.texts();
+        assert!(stream.prompt("again", Some(sent_at)).is_empty());
+        let next = json_of(stream.event(&text("p2", "second answer")));
+        assert_eq!(next[0]["content"]["text"], "second answer");
+        // A continuation streamed after the client sent it: the answer is set apart.
+        let sent_at = stream.texts();
+        stream.event(&text("p3", "continuing"));
+        stream.prompt("more", Some(sent_at));
+        let next = json_of(stream.event(&text("p4", "third answer")));
+        assert_eq!(next[0]["content"]["text"], "\n\nthird answer");
+        // Another process's prompt is shown as a user message.
+        let shown = json_of(stream.prompt("from elsewhere", None));
+        assert_eq!(shown[0]["sessionUpdate"], "user_message_chunk");
+        assert_eq!(shown[0]["content"]["text"], "from elsewhere");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use agent_client_protocol_schema::v1::{SessionNotification, SessionUpdate};
 use steward_engine::EngineEvent;
 use steward_engine::db::Db;
 use steward_engine::events::{Event, EventRecord};
+use steward_engine::message::MessageData;
 use steward_engine::projection::MessageRow;
 use steward_engine::store::rows;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -80,6 +81,9 @@ struct View {
     always: BTreeSet<String>,
     /// The client was sent the session (created, or a load finished).
     opened: bool,
+    /// Prompts the client sent that were not promoted yet, with how many agent
+    /// chunks had been sent then.
+    prompts: Vec<(String, u64)>,
 }
 
 /// A committed event, with the message it closed when it closed one on the
@@ -191,10 +195,20 @@ impl Views {
         }
     }
 
-    /// A new turn of the client's: its first text starts a paragraph of its own.
-    pub fn new_paragraph(&self, session: &str) {
+    /// A prompt that was not admitted after all.
+    pub fn forget_prompt(&self, session: &str, prompt: &str) {
+        if let Some(view) = self.lock().get_mut(session)
+            && let Some(i) = view.prompts.iter().rposition(|(text, _)| text == prompt)
+        {
+            view.prompts.remove(i);
+        }
+    }
+
+    /// The client sent `prompt`: when it is promoted, it is the client's own.
+    pub fn expect_prompt(&self, session: &str, prompt: &str) {
         if let Some(view) = self.lock().get_mut(session) {
-            view.stream.new_paragraph();
+            let texts = view.stream.texts();
+            view.prompts.push((prompt.to_string(), texts));
         }
     }
 
@@ -302,8 +316,20 @@ impl Views {
         }
         view.shown_through = arrived.record.seq;
         let mut updates = view.stream.event(&arrived.record.event);
-        if let Some(message) = &arrived.ending {
-            updates.extend(view.stream.ending(message));
+        match &arrived.ending {
+            Some(message) if matches!(&message.data, MessageData::User(_)) => {
+                let MessageData::User(user) = &message.data else {
+                    unreachable!()
+                };
+                let own = view
+                    .prompts
+                    .iter()
+                    .position(|(text, _)| *text == user.text)
+                    .map(|i| view.prompts.remove(i).1);
+                updates.extend(view.stream.prompt(&user.text, own));
+            }
+            Some(message) => updates.extend(view.stream.ending(message)),
+            None => {}
         }
         for update in updates {
             self.send(session, update);
@@ -334,10 +360,8 @@ fn ending_of(record: &EventRecord) -> Option<String> {
                 .clone()
                 .unwrap_or_else(|| ids::recovery_message(execution_id)),
         ),
-        Event::InputPromoted {
-            input_id,
-            message_id,
-        } if ids::continuation_execution(input_id).is_some() => Some(message_id.clone()),
+        // A continuation's note, or a user's prompt (another process's is shown).
+        Event::InputPromoted { message_id, .. } => Some(message_id.clone()),
         Event::CompactionEnded { message_id, .. } => Some(message_id.clone()),
         _ => None,
     }

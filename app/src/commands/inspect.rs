@@ -9,16 +9,18 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use steward_engine::clock::SharedClock;
-use steward_engine::doctor::diagnosis::{Failed, diagnose};
 use steward_engine::inspect::{Reader, Snapshot};
-use steward_engine::store::migrate::MIGRATIONS;
-use steward_engine::store::open::preflight;
 
 use crate::output::out;
 use crate::paths::Paths;
 
 pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Result<ExitCode> {
-    warn_if_damaged(paths);
+    // Opened once (the file is checked once), so that a refused file exits as every
+    // command does (exit 3).
+    let mut reader = Reader::open_even_if_damaged(&paths.database, &paths.owners)?;
+    if let Some(reason) = reader.damaged() {
+        eprintln!("steward: warning: {reason}; showing what can still be read");
+    }
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !json && terminal {
         let options = steward_tui::Options {
@@ -30,29 +32,16 @@ pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Resul
             mouse,
             clock: clock.clone(),
         };
-        // Opened here, so a refused file exits as every command does (exit 3).
-        let reader = Reader::open_even_if_damaged(&paths.database, &paths.owners)?;
         crate::context::runtime()?.block_on(steward_tui::run_inspector(reader, options))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let snapshot =
-        Reader::open_even_if_damaged(&paths.database, &paths.owners)?.snapshot(clock.now_ms())?;
+    let snapshot = reader.snapshot(clock.now_ms())?;
     if json {
         out!("{}", serde_json::to_string(&snapshot)?);
     } else {
         print(&snapshot);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A damaged Steward database is shown as far as it can be read; say so once.
-fn warn_if_damaged(paths: &Paths) {
-    if let Err(steward_engine::Error::DatabaseRefused { reason, .. }) =
-        preflight(&paths.database, MIGRATIONS)
-        && diagnose(&paths.database, &reason, MIGRATIONS).failed == Failed::Integrity
-    {
-        eprintln!("steward: warning: {reason}; showing what can still be read");
-    }
 }
 
 fn print(s: &Snapshot) {

@@ -158,6 +158,7 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
         session_id: session_id.clone(),
         mid_line: false,
         shown_failure: false,
+        printable: Default::default(),
     };
     let mut interrupted = false;
     let outcome = {
@@ -247,6 +248,8 @@ struct Printer {
     mid_line: bool,
     /// A failed step was already reported as it happened.
     shown_failure: bool,
+    /// The streamed text, filtered for the terminal across its chunks.
+    printable: steward_engine::printable::Printable,
 }
 
 impl Printer {
@@ -263,13 +266,17 @@ impl Printer {
         }
         match &record.event {
             Event::StepText { text, .. } => {
+                let text = self.printable.push(text);
                 crate::output::write(format_args!("{text}"));
-                self.mid_line = !text.ends_with('\n');
+                if !text.is_empty() {
+                    self.mid_line = !text.ends_with('\n');
+                }
             }
             Event::StepEnded { .. } => self.end_line(),
             Event::ToolCalled { tool, input, .. } => {
                 self.end_line();
-                eprintln!("→ {tool} {input}");
+                let clean = steward_engine::printable::clean;
+                eprintln!("→ {} {}", clean(tool), clean(&input.to_string()));
             }
             Event::ToolCompleted { output, .. } => {
                 let lines = output.lines().count();
@@ -278,10 +285,15 @@ impl Printer {
                     if lines == 1 { "" } else { "s" }
                 );
             }
-            Event::ToolFailed { error, .. } => eprintln!("  ✗ {error}"),
+            Event::ToolFailed { error, .. } => {
+                eprintln!("  ✗ {}", steward_engine::printable::clean(error));
+            }
             Event::StepFailed { error, .. } => {
                 self.end_line();
-                eprintln!("steward: the step failed: {}", error.message);
+                eprintln!(
+                    "steward: the step failed: {}",
+                    steward_engine::printable::clean(&error.message)
+                );
                 self.shown_failure = true;
             }
             _ => {}

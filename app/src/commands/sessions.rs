@@ -1,38 +1,36 @@
-//! `steward sessions [--json] [--limit N | --all]`: sessions with their state,
-//! newest first — a page of them (read by index, so it costs the same on a file of
-//! any size), or every one with `--all`. Never recovers or runs anything.
+//! `steward sessions [--json] [--limit N | --all]`: sessions with their state, most
+//! recently active first — the 50 most recent by default (every one with `--json`,
+//! as scripts expect), `--limit N` of them, or every one with `--all`. The state of
+//! each listed session is read by index, so a page costs the same on a file of any
+//! size. Never recovers or runs anything.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::json;
-use steward_engine::inspect::pages::{self, PageRequest};
-use steward_engine::store::Store;
+use steward_engine::inspect::pages;
+use steward_engine::projection::SessionRow;
+use steward_engine::store::{Store, rows};
 
 use crate::output::out;
 
-/// Sessions read per query with `--all`.
-const PAGE: usize = 500;
-
 pub fn run(store: &Store, now_ms: i64, json: bool, limit: Option<usize>) -> Result<ExitCode> {
     let conn = store.conn();
-    let mut sessions = Vec::new();
-    let mut request = PageRequest::first(limit.unwrap_or(PAGE));
-    loop {
-        let page = pages::sessions(conn, now_ms, &request)?;
-        let full = page.len() == request.limit;
-        request.after = page.last().map(|s| s.id.clone());
-        sessions.extend(page);
-        if limit.is_some() || !full {
-            break;
-        }
+    let listed: Vec<SessionRow> = match limit {
+        None => rows::sessions(conn)?,
+        Some(n) => rows::recent_sessions(conn, n)?,
+    };
+    let mut sessions = Vec::with_capacity(listed.len());
+    for s in listed {
+        let state = pages::session_state(conn, &s.id, now_ms)?;
+        sessions.push((s, state));
     }
     if json {
         let list: Vec<_> = sessions
             .iter()
-            .map(|s| {
+            .map(|(s, state)| {
                 json!({"id": s.id, "title": s.title, "directory": s.directory,
-                       "state": s.state.as_str(), "time_updated": s.time_updated})
+                       "state": state.as_str(), "time_updated": s.time_updated})
             })
             .collect();
         out!("{}", serde_json::Value::Array(list));
@@ -41,11 +39,11 @@ pub fn run(store: &Store, now_ms: i64, json: bool, limit: Option<usize>) -> Resu
     if sessions.is_empty() {
         out!("no sessions yet: start one with `steward run PROMPT`");
     }
-    for s in &sessions {
+    for (s, state) in &sessions {
         out!(
             "{}  {:<11}  {}  ({})",
             s.id,
-            s.state.as_str(),
+            state.as_str(),
             s.title,
             s.directory
         );
@@ -55,7 +53,7 @@ pub fn run(store: &Store, now_ms: i64, json: bool, limit: Option<usize>) -> Resu
         let total = usize::try_from(total).unwrap_or(0);
         if total > sessions.len() {
             out!(
-                "… and {} older: --limit N lists more, --all lists every one",
+                "… and {} less recent: --limit N lists more, --all lists every one",
                 total - sessions.len()
             );
         }

@@ -43,32 +43,40 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
         out!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    out!("{}  {}  ({})", session.id, session.title, session.directory);
+    // What models and tools wrote is shown, never sent to the terminal as control
+    // sequences.
+    let clean = steward_engine::printable::clean;
+    out!(
+        "{}  {}  ({})",
+        session.id,
+        clean(&session.title),
+        clean(&session.directory)
+    );
     for m in &messages {
         out!("");
         match &m.data {
-            MessageData::User(u) => out!("you: {}", u.text),
+            MessageData::User(u) => out!("you: {}", clean(&u.text)),
             MessageData::Synthetic(s) => match &s.label {
-                Some(label) => out!("[{label}] {}", s.text),
-                None => out!("[steward] {}", s.text),
+                Some(label) => out!("[{label}] {}", clean(&s.text)),
+                None => out!("[steward] {}", clean(&s.text)),
             },
             MessageData::Assistant(a) => {
-                out!("assistant ({}/{}):", a.provider, a.model);
+                out!("assistant ({}/{}):", clean(&a.provider), clean(&a.model));
                 for part in &a.parts {
                     match part {
-                        Part::Text { text, .. } => out!("{text}"),
+                        Part::Text { text, .. } => out!("{}", clean(text)),
                         Part::Tool(t) => {
                             out!(
                                 "  [{} {}] {}",
-                                t.tool,
+                                clean(&t.tool),
                                 t.state.status.as_str(),
-                                t.state.input
+                                clean(&t.state.input.to_string())
                             );
                             if let Some(error) = &t.state.error {
-                                out!("    error: {error}");
+                                out!("    error: {}", clean(error));
                             }
                             if let Some(output) = &t.state.output {
-                                for line in output.lines().take(20) {
+                                for line in clean(output).lines().take(20) {
                                     out!("    {line}");
                                 }
                             }
@@ -80,13 +88,17 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                     |p| matches!(p, Part::Text { id, text } if id.starts_with("recovery:") && *text == error_message(a)),
                 );
                 if let Some(error) = a.error.as_ref().filter(|_| !said) {
-                    out!("  ({}: {})", error.kind, error.message);
+                    out!("  ({}: {})", error.kind, clean(&error.message));
                 }
             }
         }
     }
     for input in &pending {
-        out!("\n(pending {}) {}", input.delivery.as_str(), input.prompt);
+        out!(
+            "\n(pending {}) {}",
+            input.delivery.as_str(),
+            clean(&input.prompt)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

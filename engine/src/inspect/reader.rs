@@ -33,6 +33,8 @@ pub struct Reader {
     immutable: Option<open::Fingerprint>,
     /// Read a Steward database that fails its integrity check as far as it can be.
     damaged_ok: bool,
+    /// Why the file is read although it is damaged, when it is.
+    damaged: Option<String>,
 }
 
 impl Reader {
@@ -57,6 +59,7 @@ impl Reader {
             counts: None,
             immutable: None,
             damaged_ok,
+            damaged: None,
         };
         reader.reconnect()?;
         Ok(reader)
@@ -82,7 +85,10 @@ impl Reader {
                 if self.damaged_ok
                     && crate::doctor::diagnosis::diagnose(&self.path, &reason, MIGRATIONS)
                         .failed
-                        == crate::doctor::diagnosis::Failed::Integrity => {}
+                        == crate::doctor::diagnosis::Failed::Integrity =>
+            {
+                self.damaged = Some(reason);
+            }
             Err(e) => return Err(e),
         }
         let fingerprint = open::Fingerprint::of(&self.path);
@@ -102,6 +108,12 @@ impl Reader {
         };
         let owners = &self.owners;
         store::read(conn, |c| f(c, owners)).map(Some)
+    }
+
+    /// Why the file is read although it fails its integrity check, when it does
+    /// ([`Reader::open_even_if_damaged`]).
+    pub fn damaged(&self) -> Option<&str> {
+        self.damaged.as_deref()
     }
 
     /// The database file read.

@@ -148,12 +148,13 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     Ok(Preflight::Steward { applied })
 }
 
-/// Whether the file may not have been closed cleanly since it was last checked: an
-/// owner row whose process is not provably alive (it died, or its lock cannot be
-/// probed from here), or no owner table to tell. A clean shutdown removes its owner
-/// row, and recovery removes those of dead owners once their claims are handled — so
-/// the integrity check runs at the first launch after a crash, and not at every
-/// launch of a healthy file (protocol §2.3).
+/// Whether the file was not closed cleanly since it was last checked: an owner row
+/// whose process is provably dead (its lock file here is free), or no owner table to
+/// tell. A clean shutdown removes its owner row, and recovery removes those of dead
+/// owners once their claims are handled — so the integrity check runs at launches
+/// after a crash until recovery has reconciled it, and not at the launches of a
+/// healthy file (protocol §2.3). A row nothing can prove dead (another host's, or
+/// one without a lock file) is not a crash seen here, and would never go away.
 pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
     let owners = crate::owner::Owners::new(
         path.parent()
@@ -163,7 +164,7 @@ pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
     match crate::owner::all(conn) {
         Ok(rows) => rows
             .iter()
-            .any(|row| crate::owner::probe(&owners, row) != crate::owner::Liveness::Alive),
+            .any(|row| crate::owner::probe(&owners, row) == crate::owner::Liveness::Dead),
         Err(_) => true,
     }
 }

@@ -120,6 +120,17 @@ pub fn sessions(conn: &Connection) -> Result<Vec<SessionRow>> {
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The `limit` most recently active sessions, most recent first.
+pub fn recent_sessions(conn: &Connection, limit: usize) -> Result<Vec<SessionRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM session ORDER BY time_updated DESC, id DESC LIMIT ?1"
+    ))?;
+    let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], session_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub fn message(conn: &Connection, id: &str) -> Result<Option<MessageRow>> {
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",

@@ -557,3 +557,52 @@ fn a_crlf_paste_keeps_its_lines() {
     update(&mut app, Msg::Paste("alpha\rbeta\r\ngamma".into()));
     assert_eq!(app.prompt.lines(), ["alpha", "beta", "gamma"]);
 }
+
+#[test]
+fn a_call_outside_the_session_directory_cannot_be_allowed_always() {
+    let mut app = app_in(Context::Permission);
+    if let Some(Overlay::Permission { request, .. }) = app.overlay.last_mut() {
+        request.outside = Some("/etc/hostname".into());
+    }
+    for key in ['a', 's'] {
+        assert_eq!(update(&mut app, code(KeyCode::Char(key))), Vec::new());
+        assert!(matches!(
+            app.overlay.last(),
+            Some(Overlay::Permission { .. })
+        ));
+        app.mono_ms += 1_000;
+    }
+    assert_eq!(
+        update(&mut app, code(KeyCode::Char('y'))),
+        vec![Effect::Answer { id: 7, allow: true }]
+    );
+}
+
+#[test]
+fn a_new_session_is_the_one_selected_once_the_list_reloads() {
+    let mut app = fixtures::chat();
+    app.sessions.selected = 2;
+    let mut created = fixtures::sessions()[0].clone();
+    created.id = "ses_new".into();
+    update(
+        &mut app,
+        Msg::Created(steward_engine::projection::SessionRow {
+            id: created.id.clone(),
+            title: "new".into(),
+            directory: "/".into(),
+            time_created: 0,
+            time_updated: 0,
+        }),
+    );
+    let mut rows = vec![created];
+    rows.extend(fixtures::sessions());
+    let request = app.sessions.request.clone();
+    update(
+        &mut app,
+        Msg::Loaded(Box::new(Loaded {
+            sessions: Some((request, rows)),
+            ..Loaded::default()
+        })),
+    );
+    assert_eq!(app.sessions.rows[app.sessions.selected].id, "ses_new");
+}

@@ -336,18 +336,24 @@ fn permission(
         1 => "1 more line (j/k) · ".to_string(),
         n => format!("{n} more lines (j/k) · "),
     };
-    // The longest wording that fits the box.
+    // The longest wording that fits the box; a call outside the session's
+    // directory is asked about every time, so no "always" is offered for it.
     let room = usize::from(width.saturating_sub(4));
-    let hint = [
-        "y once · a always · s always + save to config · n deny",
-        "y once · a always · s always + save · n deny",
-        "y once · a always · s save · n deny",
-        "y · a · s · n",
-    ]
-    .iter()
-    .map(|keys| format!("{more}{keys}"))
-    .find(|h| h.chars().count() <= room)
-    .unwrap_or_else(|| "y · a · s · n".to_string());
+    let wordings: &[&str] = if request.outside.is_some() {
+        &["y allow once · n deny", "y · n"]
+    } else {
+        &[
+            "y once · a always · s always + save to config · n deny",
+            "y once · a always · s always + save · n deny",
+            "y once · a always · s save · n deny",
+            "y · a · s · n",
+        ]
+    };
+    let hint = wordings
+        .iter()
+        .map(|keys| format!("{more}{keys}"))
+        .find(|h| h.chars().count() <= room)
+        .unwrap_or_else(|| wordings[wordings.len() - 1].to_string());
     frame.render_widget(
         Paragraph::new(text)
             .block(block(app, " Permission ".into(), &hint))

@@ -80,63 +80,9 @@ pub fn lines_with_starts(
     (wrapped, starts)
 }
 
-/// Text as a terminal line can show it: line breaks as `\n` (CR and CRLF too), tabs
-/// as spaces to the next stop of 4, terminal escape sequences (colours) and other
-/// control characters removed.
+/// Text as a terminal line can show it (see [`steward_engine::printable`]).
 pub fn clean(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut column = 0;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\r' => {
-                if chars.peek() != Some(&'\n') {
-                    out.push('\n');
-                    column = 0;
-                }
-            }
-            '\n' => {
-                out.push('\n');
-                column = 0;
-            }
-            '\t' => {
-                let spaces = 4 - column % 4;
-                out.extend(std::iter::repeat_n(' ', spaces));
-                column += spaces;
-            }
-            '\u{1b}' => match chars.next() {
-                // CSI: `ESC [ … final byte`.
-                Some('[') => {
-                    for next in chars.by_ref() {
-                        if ('\u{40}'..='\u{7e}').contains(&next) {
-                            break;
-                        }
-                    }
-                }
-                // OSC (titles, links), DCS, APC, PM: a string up to BEL or `ESC \`.
-                Some(']' | 'P' | '_' | '^') => {
-                    while let Some(next) = chars.next() {
-                        if next == '\u{7}' {
-                            break;
-                        }
-                        if next == '\u{1b}' {
-                            if chars.peek() == Some(&'\\') {
-                                chars.next();
-                            }
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            },
-            c if c.is_control() => {}
-            c => {
-                out.push(c);
-                column += 1;
-            }
-        }
-    }
-    out
+    steward_engine::printable::clean(text)
 }
 
 fn text_block(
@@ -340,7 +286,9 @@ pub fn wrap(lines: Vec<Line<'static>>, width: u16) -> Vec<Line<'static>> {
         for span in line.spans {
             for word in words(&span.content) {
                 let w: usize = word.chars().map(|c| c.width().unwrap_or(0)).sum();
-                if used + w > width && used > 0 {
+                // A word longer than a line starts where it is (it is broken
+                // anyway), rather than leaving the rest of this line empty.
+                if used + w > width && used > 0 && w <= width {
                     out.push(Line::from(std::mem::take(&mut current)));
                     used = 0;
                     if word.trim().is_empty() {
@@ -408,18 +356,6 @@ mod tests {
         assert_eq!(text(&wrapped), vec!["the quick ", "brown fox ", "jumps"]);
         let long = wrap(vec![Line::from("abcdefghijklmnop qr")], 6);
         assert_eq!(text(&long), vec!["abcdef", "ghijkl", "mnop ", "qr"]);
-    }
-
-    #[test]
-    fn tabs_line_breaks_and_escapes_are_made_showable() {
-        assert_eq!(clean("a\tb\r\nc\rd"), "a   b\nc\nd");
-        assert_eq!(clean("ab\tc"), "ab  c");
-        assert_eq!(clean("\u{1b}[31mred\u{1b}[0m\u{7}!"), "red!");
-        assert_eq!(clean("\u{1b}]0;TITLE\u{7}a"), "a");
-        assert_eq!(
-            clean("\u{1b}]8;;http://x.example\u{1b}\\link\u{1b}]8;;\u{1b}\\"),
-            "link"
-        );
     }
 
     fn assistant_row(data: serde_json::Value) -> MessageRow {

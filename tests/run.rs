@@ -260,3 +260,45 @@ fn sessions_lists_the_most_recent_page_and_says_how_many_more_there_are() {
     let refused = env.run(&["sessions", "--limit", "0"]);
     assert_eq!(code(&refused), 2, "{}", stderr(&refused));
 }
+
+#[test]
+fn text_from_the_model_never_reaches_the_terminal_as_control_sequences() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    // A title sequence split across two chunks, one left open at the end of a
+    // step, and a screen clear.
+    let script = write_script(
+        &env,
+        "escapes.toml",
+        "[[step]]\ntext = [\"\\u001b[2Jone \\u001b]0;PWN\", \"ED\\u0007two \\u001b]0;open\"]\n\
+         tool_calls = [{ tool = \"list_dir\", input = { path = \".\" } }]\n\
+         [[step]]\ntext = [\"three\"]\n",
+    );
+    let output = env.run(&[
+        "--script",
+        &script,
+        "run",
+        "--yes",
+        "--dir",
+        &work,
+        "--title",
+        "t\u{1b}]0;X\u{7}itle",
+        "go",
+    ]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let shown = stdout(&output);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("one two") && shown.contains("three"),
+        "{shown:?}"
+    );
+    let listed = stdout(&env.run(&["sessions"]));
+    assert!(!listed.contains('\u{1b}'), "{listed:?}");
+    assert!(listed.contains("title"), "{listed:?}");
+    let session = json_sessions(&env)[0]["id"].as_str().unwrap().to_string();
+    let transcript = stdout(&env.run(&["show", &session]));
+    assert!(!transcript.contains('\u{1b}'), "{transcript:?}");
+}

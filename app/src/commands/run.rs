@@ -272,7 +272,12 @@ impl Printer {
                     self.mid_line = !text.ends_with('\n');
                 }
             }
-            Event::StepEnded { .. } => self.end_line(),
+            Event::StepEnded { .. } => {
+                // A sequence a step left open ends with it: the next step's text is
+                // shown whatever the last one sent.
+                self.printable = Default::default();
+                self.end_line();
+            }
             Event::ToolCalled { tool, input, .. } => {
                 self.end_line();
                 let clean = steward_engine::printable::clean;
@@ -289,6 +294,7 @@ impl Printer {
                 eprintln!("  ✗ {}", steward_engine::printable::clean(error));
             }
             Event::StepFailed { error, .. } => {
+                self.printable = Default::default();
                 self.end_line();
                 eprintln!(
                     "steward: the step failed: {}",

@@ -39,13 +39,14 @@ pub fn run(store: &Store, now_ms: i64, json: bool, limit: Option<usize>) -> Resu
     if sessions.is_empty() {
         out!("no sessions yet: start one with `steward run PROMPT`");
     }
+    let clean = steward_engine::printable::clean;
     for (s, state) in &sessions {
         out!(
             "{}  {:<11}  {}  ({})",
             s.id,
             state.as_str(),
-            s.title,
-            s.directory
+            clean(&s.title),
+            clean(&s.directory)
         );
     }
     if limit.is_some() {

@@ -153,10 +153,13 @@ fn no_document_outside_the_repository_is_cited() {
         .iter()
         .filter(|p| {
             let text = std::fs::read_to_string(p).unwrap_or_default();
-            text.contains("SPEC §") || text.contains("SPEC.md") || text.contains("INTERFACE.md")
+            // The shared documents' names, put together here so that this file does
+            // not cite them itself.
+            ["SPEC", "INTERFACE"].iter().any(|doc| {
+                text.contains(&format!("{doc} §")) || text.contains(&format!("{doc}.md"))
+            })
         })
         .map(|p| p.display().to_string())
-        .filter(|p| !p.ends_with("tests/docs.rs"))
         .collect();
     assert_eq!(outside, Vec::<String>::new());
 }

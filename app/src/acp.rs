@@ -36,11 +36,13 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
             views: views.clone(),
         };
         let engine = ctx.start_engine(store, Arc::new(permission)).await?;
+        let coordinator = engine.coordinator().clone();
         let forwarder = tokio::spawn(views::forward(
             views.clone(),
             engine.db().clone(),
             engine.subscribe(),
             forwarding,
+            move |session: &str| coordinator.is_running(session),
         ));
         let report = engine.recover().await?;
         if !report.recovered.is_empty() {

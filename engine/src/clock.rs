@@ -112,6 +112,45 @@ impl Clock for ManualClock {
     }
 }
 
+/// A moment as a calendar date and a time of day, in the zone its milliseconds are
+/// counted in (UTC, or local once an offset is added).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Civil {
+    pub year: i64,
+    pub month: i64,
+    pub day: i64,
+    pub hour: i64,
+    pub minute: i64,
+    pub second: i64,
+    /// Days since 1970-01-01.
+    pub days: i64,
+}
+
+impl Civil {
+    /// `ms` since 1970-01-01T00:00:00 (Howard Hinnant's days-to-civil).
+    pub fn of(ms: i64) -> Civil {
+        let secs = ms.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        Civil {
+            year: yoe + era * 400 + i64::from(month <= 2),
+            month,
+            day: doy - (153 * mp + 2) / 5 + 1,
+            hour: rem / 3600,
+            minute: rem % 3600 / 60,
+            second: rem % 60,
+            days,
+        }
+    }
+}
+
 /// The local time zone's offset from UTC at `at_ms`, in seconds (east positive), as
 /// the C library sees it (`TZ`, `/etc/localtime`); 0 when it cannot tell. For
 /// showing times of day: what a screen prints as "14:02:11".

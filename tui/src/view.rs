@@ -91,31 +91,15 @@ pub fn short_id(id: &str) -> String {
 /// The time of day of `ms` in the local zone, `14:02:11`; with the date when it is
 /// not today.
 pub fn clock_time(app: &App, ms: i64) -> String {
+    use steward_engine::clock::Civil;
     let offset = i64::from(app.utc_offset_s) * 1000;
-    let (local, today) = (ms + offset, app.now_ms + offset);
-    let secs = local.div_euclid(1000);
-    let day = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let time = format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
-    if day == today.div_euclid(86_400_000) {
+    let (at, today) = (Civil::of(ms + offset), Civil::of(app.now_ms + offset));
+    let time = format!("{:02}:{:02}:{:02}", at.hour, at.minute, at.second);
+    if at.days == today.days {
         time
     } else {
-        let (y, m, d) = civil(day);
-        format!("{y:04}-{m:02}-{d:02} {time}")
+        format!("{:04}-{:02}-{:02} {time}", at.year, at.month, at.day)
     }
-}
-
-/// Days since 1970-01-01 as (year, month, day).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// "in 24.1 s", "3.2 s ago".

@@ -519,24 +519,10 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Failure> {
 
 /// `2026-12-01T12:00:00Z` from milliseconds since the epoch (UTC).
 fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let c = steward_engine::clock::Civil::of(ms);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        c.year, c.month, c.day, c.hour, c.minute, c.second
     )
 }
 
@@ -711,11 +697,13 @@ mod turn_tests {
         })
         .await
         .unwrap();
+        let coordinator = engine.coordinator().clone();
         tokio::spawn(super::super::views::forward(
             views.clone(),
             engine.db().clone(),
             engine.subscribe(),
             forwarding,
+            move |session: &str| coordinator.is_running(session),
         ));
         let (_done, shut_down) = tokio::sync::watch::channel(false);
         let agent = Agent {

@@ -374,6 +374,7 @@ pub async fn forward(
     db: Db,
     mut events: broadcast::Receiver<EngineEvent>,
     forwarding: Forwarding,
+    runs_here: impl Fn(&str) -> bool + Send + Sync,
 ) {
     let mut barriers = forwarding.barriers;
     // Other processes' writes ring the data directory's doorbell; a slow poll
@@ -392,12 +393,14 @@ pub async fn forward(
                 Ok(event) => take(&views, &db, event).await,
                 Err(RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "session updates lagged; reading them from the file");
-                    catch_up(&views, &db).await;
+                    catch_up(&views, &db, &|_| true).await;
                 }
                 Err(RecvError::Closed) => return,
             },
-            _ = bell.notified() => catch_up(&views, &db).await,
-            _ = poll.tick() => catch_up(&views, &db).await,
+            // A session running here sends its events on the channel: only the
+            // others are read.
+            _ = bell.notified() => catch_up(&views, &db, &|s| !runs_here(s)).await,
+            _ = poll.tick() => catch_up(&views, &db, &|s| !runs_here(s)).await,
             Some(done) = barriers.recv() => {
                 // Everything sent before the barrier is in the channel by now.
                 loop {
@@ -418,10 +421,13 @@ pub async fn forward(
 /// How often the opened sessions are read for writes the doorbell did not ring for.
 const POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Reads what the opened sessions got from other processes (or lost to a lagging
-/// channel) and shows it.
-async fn catch_up(views: &Views, db: &Db) {
+/// Reads what the opened sessions `which` accepts got from other processes (or
+/// lost to a lagging channel) and shows it.
+async fn catch_up(views: &Views, db: &Db, which: &(dyn Fn(&str) -> bool + Sync)) {
     for (session, after) in views.watched() {
+        if !which(&session) {
+            continue;
+        }
         let read = db
             .read({
                 let session = session.clone();

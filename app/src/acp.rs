@@ -35,78 +35,99 @@ pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
             outbox: outbox.clone(),
             views: views.clone(),
         };
-        let engine = ctx.start_engine(store, Arc::new(permission)).await?;
-        let coordinator = engine.coordinator().clone();
-        let forwarder = tokio::spawn(views::forward(
-            views.clone(),
-            engine.db().clone(),
-            engine.subscribe(),
-            forwarding,
-            move |session: &str| coordinator.is_running(session),
-        ));
-        let report = engine.recover().await?;
-        if !report.recovered.is_empty() {
-            tracing::info!(recovered = report.recovered.len(), "reconciled at start");
-        }
-        let opened = views.clone();
-        engine.start_background(Redriving::Sessions(Arc::new(move |session: &str| {
-            opened.is_open(session)
-        })));
-        let (shut_down, shut_down_seen) = tokio::sync::watch::channel(false);
-        let agent = Arc::new(Agent {
-            engine,
-            outbox: outbox.clone(),
-            views,
-            shut_down: shut_down_seen,
-            database: ctx.paths.database.clone(),
-            owners: ctx.paths.owners.clone(),
-            reader: std::sync::Mutex::new(None),
-        });
-        let (incoming, mut messages) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(transport::read_messages(
-            tokio::io::BufReader::new(tokio::io::stdin()),
-            incoming,
-        ));
-        let mut requests = tokio::task::JoinSet::new();
-        while let Some(message) = messages.recv().await {
-            match message {
-                Incoming::Request { id, method, params } => match agent.accept(&method, params) {
-                    Ok(accepted) => {
-                        let agent = agent.clone();
-                        requests.spawn(async move {
-                            let (result, then) = agent.handle(accepted).await;
-                            agent::answer(&agent.outbox, id, result);
-                            agent.follow_up(then).await;
-                        });
-                    }
-                    Err(failure) => agent::answer(&outbox, id, Err(failure)),
-                },
-                Incoming::Notification { method, params } => agent.notify(&method, params),
-                Incoming::Response { id, outcome } => {
-                    if !outbox.answer(&id, outcome) {
-                        agent::stray(&id);
-                    }
-                }
-                Incoming::Invalid { reply } => outbox.send(reply),
-            }
-        }
-        if let Ok(Err(e)) = reader.await {
-            tracing::warn!(error = %e, "reading stdin failed");
-        }
-        // The client is gone: running turns stop without writing (a question it
-        // will never answer is dropped with them, not denied) and are reconciled;
-        // then the requests waiting on them finish.
-        let stopped = agent.engine.shutdown().await?;
-        let _ = shut_down.send(true);
-        if !stopped.is_empty() {
-            tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
-        }
+        let served = ctx
+            .with_engine(store, Arc::new(permission), async |engine| {
+                serve(ctx, engine, &outbox, views, forwarding).await
+            })
+            .await;
         outbox.close_pending();
-        while requests.join_next().await.is_some() {}
-        forwarder.abort();
-        drop(agent);
         drop(outbox);
         let _ = writer.await;
-        Ok(ExitCode::SUCCESS)
+        served
     })
+}
+
+/// Serves the client until stdin closes. The engine is shut down by the caller
+/// however this ends.
+async fn serve(
+    ctx: &Context,
+    engine: &Arc<steward_engine::Engine>,
+    outbox: &Outbox,
+    views: Arc<Views>,
+    forwarding: views::Forwarding,
+) -> Result<ExitCode> {
+    let coordinator = engine.coordinator().clone();
+    let forwarder = tokio::spawn(views::forward(
+        views.clone(),
+        engine.db().clone(),
+        engine.subscribe(),
+        forwarding,
+        move |session: &str| coordinator.is_running(session),
+    ));
+    // A recovery that cannot finish (a full disk, say) keeps nothing from the
+    // client: it is logged, and the background retries until it can.
+    match engine.recover().await {
+        Ok(report) if !report.recovered.is_empty() => {
+            tracing::info!(recovered = report.recovered.len(), "reconciled at start");
+        }
+        Ok(_) => {}
+        Err(error) => tracing::error!(%error, "the recovery at start did not finish"),
+    }
+    let opened = views.clone();
+    engine.start_background(Redriving::Sessions(Arc::new(move |session: &str| {
+        opened.is_open(session)
+    })));
+    let (shut_down, shut_down_seen) = tokio::sync::watch::channel(false);
+    let agent = Arc::new(Agent {
+        engine: engine.clone(),
+        outbox: outbox.clone(),
+        views,
+        shut_down: shut_down_seen,
+        database: ctx.paths.database.clone(),
+        owners: ctx.paths.owners.clone(),
+        reader: std::sync::Mutex::new(None),
+    });
+    let (incoming, mut messages) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(transport::read_messages(
+        tokio::io::BufReader::new(tokio::io::stdin()),
+        incoming,
+    ));
+    let mut requests = tokio::task::JoinSet::new();
+    while let Some(message) = messages.recv().await {
+        match message {
+            Incoming::Request { id, method, params } => match agent.accept(&method, params) {
+                Ok(accepted) => {
+                    let agent = agent.clone();
+                    requests.spawn(async move {
+                        let (result, then) = agent.handle(accepted).await;
+                        agent::answer(&agent.outbox, id, result);
+                        agent.follow_up(then).await;
+                    });
+                }
+                Err(failure) => agent::answer(outbox, id, Err(failure)),
+            },
+            Incoming::Notification { method, params } => agent.notify(&method, params),
+            Incoming::Response { id, outcome } => {
+                if !outbox.answer(&id, outcome) {
+                    agent::stray(&id);
+                }
+            }
+            Incoming::Invalid { reply } => outbox.send(reply),
+        }
+    }
+    if let Ok(Err(e)) = reader.await {
+        tracing::warn!(error = %e, "reading stdin failed");
+    }
+    // The client is gone: running turns stop without writing (a question it will
+    // never answer is dropped with them, not denied) and are reconciled; then the
+    // requests waiting on them finish.
+    let stopped = agent.engine.shutdown().await?;
+    let _ = shut_down.send(true);
+    if !stopped.is_empty() {
+        tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
+    }
+    outbox.close_pending();
+    while requests.join_next().await.is_some() {}
+    forwarder.abort();
+    Ok(ExitCode::SUCCESS)
 }

@@ -43,6 +43,26 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Starts an engine over `store`, runs `body` with it, and shuts the engine down
+    /// however `body` ended — a failure included, so that a failed start leaves no
+    /// owner row or lock file behind and nothing it started runs on unreconciled.
+    /// `body`'s error comes first; otherwise the shutdown's.
+    pub async fn with_engine<T>(
+        &self,
+        store: Store,
+        permission: Arc<dyn Permission>,
+        body: impl AsyncFnOnce(&Arc<Engine>) -> Result<T>,
+    ) -> Result<T> {
+        let engine = Arc::new(self.start_engine(store, permission).await?);
+        let result = body(&engine).await;
+        let shutdown = engine.shutdown().await;
+        let value = result?;
+        shutdown?;
+        Ok(value)
+    }
+}
+
 /// A runtime for the commands that run sessions.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()

@@ -138,6 +138,7 @@ fn main() {
             owners: steward_engine::owner::Owners::new(dir.path().join("owners")),
             lease_ms: LEASE,
             slack_ms: recovery::CLOCK_SLACK_MS,
+            killed: Default::default(),
         };
         let keep = std::env::var_os("STEWARD_BENCH_KEEP").map(std::path::PathBuf::from);
         if let Some(keep) = &keep {

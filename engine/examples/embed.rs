@@ -119,7 +119,10 @@ fn show(event: &EngineEvent) {
             _ => {}
         },
         EngineEvent::Running { session_id } => println!("{session_id} runs"),
-        EngineEvent::Idle { session_id } => println!("\n{session_id} is idle"),
+        EngineEvent::Idle {
+            session_id,
+            outcome,
+        } => println!("\n{session_id} is idle ({outcome})"),
         EngineEvent::Finished { .. } => {}
     }
 }

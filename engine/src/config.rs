@@ -295,7 +295,7 @@ impl Default for CompactionConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// A ceiling on the database size, in pages (`PRAGMA max_page_count`). A write
-    /// past it fails with a typed "database is full" error and changes nothing.
+    /// past it fails like a full disk ("the disk is full: …") and changes nothing.
     pub max_pages: Option<u64>,
 }
 

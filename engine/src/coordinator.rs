@@ -49,6 +49,42 @@ pub enum SessionOutcome {
     Stopped,
 }
 
+impl SessionOutcome {
+    /// Whether the user should hear of it: the run did not end as asked (a store
+    /// failure, a failed step, a lost claim, a session held or blocked elsewhere).
+    pub fn is_failure(&self) -> bool {
+        !matches!(
+            self,
+            SessionOutcome::Ran(Outcome::Idle | Outcome::Cancelled) | SessionOutcome::Stopped
+        )
+    }
+}
+
+impl std::fmt::Display for SessionOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionOutcome::Ran(Outcome::Idle) => f.write_str("idle"),
+            SessionOutcome::Ran(Outcome::Failed(m)) => write!(f, "failed: {m}"),
+            SessionOutcome::Ran(Outcome::Cancelled) => f.write_str("cancelled"),
+            SessionOutcome::Ran(Outcome::Lost) => f.write_str(
+                "lost its claim to another owner (this process was paused or its lease ran out); nothing more was written here",
+            ),
+            SessionOutcome::Ran(Outcome::Error(m)) | SessionOutcome::Error(m) => {
+                write!(f, "error: {m}")
+            }
+            SessionOutcome::Busy { owner_id } => write!(f, "busy (held by {owner_id})"),
+            SessionOutcome::AwaitingRecovery { execution_id } => {
+                write!(f, "waits for recovery of {execution_id}")
+            }
+            SessionOutcome::Quarantined {
+                execution_id,
+                reason,
+            } => write!(f, "quarantined ({execution_id}: {reason})"),
+            SessionOutcome::Stopped => f.write_str("stopped by shutdown; left for recovery"),
+        }
+    }
+}
+
 /// Reconciles an expired claim that blocks an acquisition (recovery, protocol §5).
 pub trait ExpiredClaims: Send + Sync + std::fmt::Debug {
     /// Recovers `claim` now if it can; returns when it is done (or cannot be).
@@ -84,6 +120,8 @@ struct Inner {
 #[derive(Debug)]
 struct Admission {
     prompt: String,
+    /// A session to create first, in the same transaction: (title, directory).
+    create: Option<(String, String)>,
     reply: oneshot::Sender<crate::Result<InputRow>>,
 }
 
@@ -158,6 +196,29 @@ impl Coordinator {
         session_id: &str,
         prompt: &str,
     ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
+        self.start_admission(session_id, prompt, None)
+    }
+
+    /// [`Coordinator::start_admitting`] into a session created in the same
+    /// transaction (id `session_id`, with `title` and `directory`): a refusal leaves
+    /// neither the session nor the prompt behind.
+    pub fn start_admitting_new(
+        &self,
+        session_id: &str,
+        title: &str,
+        directory: &str,
+        prompt: &str,
+    ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
+        let create = Some((title.to_string(), directory.to_string()));
+        self.start_admission(session_id, prompt, create)
+    }
+
+    fn start_admission(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        create: Option<(String, String)>,
+    ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
         if self.inner.stopping.is_cancelled() || slots.contains_key(session_id) {
             return None;
@@ -172,6 +233,7 @@ impl Coordinator {
             cancel,
             Some(Admission {
                 prompt: prompt.to_string(),
+                create,
                 reply,
             }),
         ));
@@ -310,6 +372,7 @@ async fn run_session(
         let slot = slots.remove(&session_id).expect("slot present");
         let _ = inner.services.events.send(EngineEvent::Idle {
             session_id: session_id.clone(),
+            outcome: outcome.clone(),
         });
         let _ = slot.done.send(Some(outcome));
         return;
@@ -338,6 +401,7 @@ async fn run_once(
             Scope::Queued => Vec::new(),
         };
         let prompt = admission.as_ref().map(|a| a.prompt.clone());
+        let create = admission.as_ref().and_then(|a| a.create.clone());
         let clock = services.clock.clone();
         let result = services
             .db
@@ -346,6 +410,11 @@ async fn run_once(
                 // that expired meanwhile must be seen as expired (protocol §4.3).
                 let acquired_at = clock.monotonic();
                 let now = clock.now_ms();
+                if let Some((title, directory)) = &create
+                    && rows::session(tx, &session)?.is_none()
+                {
+                    sessions::create_with_id(tx, &session, title, directory, now)?;
+                }
                 if rows::session(tx, &session)?.is_none() {
                     return Err(Error::NotFound {
                         kind: "session",

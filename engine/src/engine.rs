@@ -72,6 +72,8 @@ pub struct Engine {
     coordinator: Coordinator,
     recoverer: Arc<Recoverer>,
     background: Mutex<Option<background::Background>>,
+    /// Set by the first [`Engine::shutdown`]; later calls do nothing.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 /// Runs recovery passes for one owner, one at a time in this process.
@@ -180,11 +182,18 @@ impl Engine {
             stats: Arc::new(Mutex::new(RunnerStats::default())),
         };
         let owners = Owners::new(options.owners_dir);
-        let (clock, lock_files) = (services.clock.clone(), owners.clone());
-        let owner = services
+        // Locked first, so no probe sees the row unlocked; a row that cannot be
+        // committed (a full disk) takes its lock file with it.
+        let owner = Owner::lock(&owners, services.clock.now_ms())?;
+        let row = owner.row(services.clock.now_ms());
+        let inserted = services
             .db
-            .write(move |tx| Owner::register(tx, &lock_files, clock.now_ms()))
-            .await?;
+            .write(move |tx| crate::owner::insert(tx, &row))
+            .await;
+        if let Err(e) = inserted {
+            owner.abandon();
+            return Err(e);
+        }
         tracing::info!(owner = %owner.id, pid = owner.pid, "owner registered");
         let coordinator = Coordinator::new(
             services.clone(),
@@ -198,6 +207,7 @@ impl Engine {
                 owners,
                 lease_ms: i64::try_from(services.config.lease.lease_ms).unwrap_or(i64::MAX),
                 slack_ms: recovery::CLOCK_SLACK_MS,
+                killed: Default::default(),
             },
             running: tokio::sync::Mutex::new(()),
         });
@@ -208,6 +218,7 @@ impl Engine {
             coordinator,
             recoverer,
             background: Mutex::new(None),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -349,6 +360,38 @@ impl Engine {
         }
     }
 
+    /// Creates a session working in `directory` and submits its first prompt, in the
+    /// one transaction that also acquires the session's claim: either both exist
+    /// and this engine runs the session, or neither was written and the error says
+    /// why (a full disk, say). What a front end calls for a prompt typed before any
+    /// session was open, so that a refused prompt leaves no empty session behind.
+    pub async fn submit_new(
+        &self,
+        title: &str,
+        directory: &str,
+        prompt: &str,
+    ) -> Result<(SessionRow, InputRow)> {
+        let session_id = crate::ids::new(crate::ids::SESSION, self.services.clock.now_ms());
+        let answer = self
+            .coordinator
+            .start_admitting_new(&session_id, title, directory, prompt)
+            .ok_or_else(|| Error::Invalid("the engine is shutting down".into()))?;
+        let input = answer
+            .await
+            .map_err(|_| Error::Invalid("the execution ended before answering".into()))??;
+        let id = session_id.clone();
+        let session = self
+            .services
+            .db
+            .read(move |conn| crate::store::rows::session(conn, &id))
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                kind: "session",
+                id: session_id,
+            })?;
+        Ok((session, input))
+    }
+
     /// Runs the session now with `scope`, or rings its running execution.
     #[doc(hidden)]
     pub fn wake(&self, session_id: &str, scope: Scope) -> Wake {
@@ -488,6 +531,12 @@ impl Engine {
     /// so their wakes stay pending for the next launch. Then the owner is
     /// unregistered. Returns the sessions that were stopped.
     pub async fn shutdown(&self) -> Result<Vec<String>> {
+        if self
+            .shut_down
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Ok(Vec::new());
+        }
         let background = self
             .background
             .lock()
@@ -502,6 +551,23 @@ impl Engine {
             tracing::info!(sessions = ?stopped, "shutdown stopped running executions: handing them to recovery");
         }
         // Whatever this owner still holds ran here and stopped: reconcile it now.
+        // A failure (a full disk) leaves it for the next launch's recovery, and the
+        // owner is unregistered all the same.
+        let reconciled = self.reconcile_own_claims().await;
+        if let Err(e) = &reconciled {
+            tracing::error!(error = %e, "shutdown could not reconcile this owner's claims");
+        }
+        let (id, lock_path) = (self.owner.id.clone(), self.owner.lock_path.clone());
+        let unregistered = self
+            .services
+            .db
+            .with_conn(move |conn| crate::owner::unregister(conn, &id, &lock_path))
+            .await;
+        reconciled.and(unregistered).map(|()| stopped)
+    }
+
+    /// Expires this owner's claims and reconciles them (shutdown).
+    async fn reconcile_own_claims(&self) -> Result<()> {
         let (me, clock) = (self.owner.id.clone(), self.services.clock.clone());
         let expired = self
             .services
@@ -511,12 +577,7 @@ impl Engine {
         if expired > 0 {
             self.recover().await?;
         }
-        let (id, lock_path) = (self.owner.id.clone(), self.owner.lock_path.clone());
-        self.services
-            .db
-            .with_conn(move |conn| crate::owner::unregister(conn, &id, &lock_path))
-            .await?;
-        Ok(stopped)
+        Ok(())
     }
 }
 

@@ -36,9 +36,12 @@ pub enum Error {
     #[error("the database stayed locked by another process past the busy timeout; try again")]
     StoreBusy,
 
-    /// The database hit its size limit (`max_page_count`) or the disk is full.
-    /// The transaction rolled back; retry after freeing space or raising the limit.
-    #[error("the database is full: {0}")]
+    /// The disk is full, or the database reached the size limit set for it
+    /// (`[store] max_pages`). The transaction rolled back: nothing of it was
+    /// written. Retry after freeing space or raising the limit.
+    #[error(
+        "the disk is full: {0}; nothing was written — free some space (or raise [store] max_pages) and try again"
+    )]
     StoreFull(String),
 
     /// A session, execution or input named by the caller does not exist.
@@ -76,6 +79,40 @@ impl Error {
         )
     }
 
+    /// True when the store itself failed rather than one row of it: a full disk,
+    /// an I/O error, no memory, a lock held too long, a file that cannot be opened
+    /// or is damaged. Such a failure says nothing about the row being handled —
+    /// quarantining the row would blame it for the disk — and SQLite may have rolled
+    /// the whole transaction back, so per-row isolation stops and the failure is
+    /// reported as it is (protocol §5.2).
+    pub fn is_store_failure(&self) -> bool {
+        use rusqlite::ErrorCode::*;
+        match self {
+            Error::StoreBusy
+            | Error::StoreFull(_)
+            | Error::DatabaseRefused { .. }
+            | Error::DatabaseAccess { .. }
+            | Error::Io(_) => true,
+            Error::Sqlite(e) => matches!(
+                e.sqlite_error_code(),
+                Some(
+                    SystemIoFailure
+                        | OutOfMemory
+                        | DiskFull
+                        | CannotOpen
+                        | DatabaseCorrupt
+                        | NotADatabase
+                        | ReadOnly
+                        | DatabaseBusy
+                        | DatabaseLocked
+                        | FileLockingProtocolFailed
+                        | PermissionDenied
+                )
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn corrupt(message: impl Into<String>) -> Self {
         Error::Corrupt(message.into())
     }
@@ -86,7 +123,10 @@ impl From<rusqlite::Error> for Error {
         use rusqlite::ErrorCode;
         match error.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::StoreBusy,
-            Some(ErrorCode::DiskFull) => Error::StoreFull(error.to_string()),
+            Some(ErrorCode::DiskFull) => Error::StoreFull(match &error {
+                rusqlite::Error::SqliteFailure(_, Some(message)) => message.clone(),
+                _ => "database or disk is full".into(),
+            }),
             _ => Error::Sqlite(error),
         }
     }

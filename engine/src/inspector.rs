@@ -197,8 +197,10 @@ fn close_open_tools(tx: &Transaction<'_>, row: &ClaimRow, now_ms: i64) -> Result
             .any(|p| matches!(p, crate::message::Part::Text { id, .. } if *id == ids::recovery_part(&row.id)))
     });
     if open && !already {
-        // Its dead owner's tool processes must not outlive the claim.
-        let stopped = crate::recovery::stop_leftover_processes(Some(&message));
+        // Its dead owner's tool processes must not outlive the claim: killed once the
+        // event that says so is written out, right before the commit.
+        let mut stops = crate::recovery::Stops::new(crate::recovery::Killed::default());
+        let stopped = stops.find(&row.id, Some(&message));
         append_unowned(
             tx,
             &row.session_id,
@@ -210,6 +212,8 @@ fn close_open_tools(tx: &Transaction<'_>, row: &ClaimRow, now_ms: i64) -> Result
                 stopped_tools: stopped.into_iter().map(|s| s.call_id).collect(),
             },
         )?;
+        stops.kill_before_commit(tx)?;
+        stops.committed();
     }
     Ok(())
 }

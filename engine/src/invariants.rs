@@ -424,6 +424,7 @@ mod tests {
             owners: crate::owner::Owners::new("/nonexistent/owners"),
             lease_ms: 30_000,
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
+            killed: Default::default(),
         };
         crate::recovery::pass(store.conn_mut(), &params, T0 + 60_000).unwrap();
         assert_eq!(check(store.conn(), T0 + 60_000).unwrap(), vec![]);

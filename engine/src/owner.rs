@@ -91,17 +91,30 @@ impl Owner {
     /// The lock is taken before the row exists, so no probe can see the row unlocked.
     pub fn register(tx: &Transaction<'_>, owners: &Owners, now_ms: i64) -> Result<Owner> {
         let owner = Owner::lock(owners, now_ms)?;
-        tx.execute(
-            "INSERT INTO owner (id, pid, hostname, time_started, lock_path) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                owner.id,
-                owner.pid,
-                owner.hostname,
-                now_ms,
-                owner.lock_path.to_string_lossy()
-            ],
-        )?;
-        Ok(owner)
+        match insert(tx, &owner.row(now_ms)) {
+            Ok(()) => Ok(owner),
+            Err(e) => {
+                owner.abandon();
+                Err(e)
+            }
+        }
+    }
+
+    /// The row that records this owner, started at `now_ms`.
+    pub fn row(&self, now_ms: i64) -> OwnerRow {
+        OwnerRow {
+            id: self.id.clone(),
+            pid: i64::from(self.pid),
+            hostname: self.hostname.clone(),
+            time_started: now_ms,
+            lock_path: Some(self.lock_path.to_string_lossy().into_owned()),
+        }
+    }
+
+    /// Gives up an owner whose row was never committed: its lock file goes, so a
+    /// failed start leaves nothing behind.
+    pub fn abandon(self) {
+        let _ = std::fs::remove_file(&self.lock_path);
     }
 
     /// Creates and locks this instance's lock file (no database write). The
@@ -151,6 +164,15 @@ impl Owner {
     pub fn release(&self, conn: &mut Connection) -> Result<()> {
         unregister(conn, &self.id, &self.lock_path)
     }
+}
+
+/// Records an owner's row (the second half of [`Owner::register`]).
+pub fn insert(tx: &Transaction<'_>, row: &OwnerRow) -> Result<()> {
+    tx.execute(
+        "INSERT INTO owner (id, pid, hostname, time_started, lock_path) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![row.id, row.pid, row.hostname, row.time_started, row.lock_path],
+    )?;
+    Ok(())
 }
 
 /// [`Owner::release`] by id and lock path, for callers that keep the [`Owner`].

@@ -8,15 +8,16 @@
 //! failing row rolls back alone (and is quarantined) and a batch costs one sync.
 //! Per row: takeover (epoch + 1), decode (or quarantine), then `safe` → discard,
 //! superseded → discard, `ready`/`unknown` → one reconciliation: `step.recovered`,
-//! the continuation input, the `session_recovery` row, and the claim deleted. Before
-//! reconciling, tool processes the execution left running are stopped — only those
-//! whose identity still matches.
+//! the continuation input, the `session_recovery` row, and the claim deleted. Tool
+//! processes the execution left running — only those whose identity still matches —
+//! are killed just before the batch that reports them commits (`Stops`).
 
 pub mod wakes;
 
 pub use wakes::{WAKE_ATTEMPTS_MAX, WakeCandidate, WakeReport, recovery_wakes};
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rusqlite::types::Value;
@@ -73,9 +74,136 @@ pub struct Params {
     pub owners: Owners,
     pub lease_ms: i64,
     pub slack_ms: i64,
+    /// Leftover process groups this process killed whose report has not committed
+    /// yet; shared by the passes of one recoverer.
+    pub killed: Killed,
 }
 
-/// One reconciled execution.
+/// Leftover tool process groups this process killed, by execution, whose report
+/// ("recovery stopped them") has not committed: the commit failed after the kill (a
+/// full disk). The next attempt finds them gone and reports them from here, so the
+/// fact is not lost while this process lives.
+#[derive(Debug, Clone, Default)]
+pub struct Killed(Arc<Mutex<HashMap<String, Vec<StoppedProcess>>>>);
+
+impl Killed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<StoppedProcess>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The leftover process groups one transaction reports as stopped. They are found
+/// while its rows are written and killed only just before it commits, once its pages
+/// are written out ([`Stops::kill_before_commit`]): a full disk then fails the
+/// transaction before anything is killed, and recovery never records "recovery
+/// stopped them" for processes it did not stop, nor stops processes without
+/// recording it — but for a commit that fails after the kill, which [`Killed`]
+/// remembers.
+pub(crate) struct Stops {
+    killed: Killed,
+    /// Found running: (execution, what the report says, the group to kill).
+    found: Vec<(String, StoppedProcess, process::LeftoverGroup)>,
+    /// Executions whose report this transaction carries.
+    reported: Vec<String>,
+}
+
+impl Stops {
+    pub(crate) fn new(killed: Killed) -> Stops {
+        Stops {
+            killed,
+            found: Vec::new(),
+            reported: Vec::new(),
+        }
+    }
+
+    /// A point to go back to when a row rolls back ([`Stops::rollback_to`]).
+    fn mark(&self) -> (usize, usize) {
+        (self.found.len(), self.reported.len())
+    }
+
+    /// Forgets what rows after `mark` found: they rolled back, nothing of theirs
+    /// is killed or reported.
+    fn rollback_to(&mut self, mark: (usize, usize)) {
+        self.found.truncate(mark.0);
+        self.reported.truncate(mark.1);
+    }
+
+    /// The assistant's running tools whose process groups provably still run (to
+    /// be killed before the commit) or were killed by an earlier attempt of this
+    /// process: what the report of `execution_id` says recovery stopped.
+    pub(crate) fn find(
+        &mut self,
+        execution_id: &str,
+        assistant: Option<&crate::projection::MessageRow>,
+    ) -> Vec<StoppedProcess> {
+        let Some(MessageData::Assistant(a)) = assistant.map(|m| &m.data) else {
+            return Vec::new();
+        };
+        let earlier = self
+            .killed
+            .lock()
+            .get(execution_id)
+            .cloned()
+            .unwrap_or_default();
+        let mut stopped = Vec::new();
+        for tool in a.tools() {
+            if tool.state.status != ToolStatus::Running {
+                continue;
+            }
+            let Some(identity) = &tool.state.process else {
+                continue;
+            };
+            let report = StoppedProcess {
+                call_id: tool.call_id.clone(),
+                pid: identity.pid,
+                pgid: identity.pgid,
+            };
+            match process::find_leftover(identity) {
+                Ok(group) => {
+                    self.found
+                        .push((execution_id.to_string(), report.clone(), group));
+                    stopped.push(report);
+                }
+                Err(Leftover::Gone) if earlier.contains(&report) => stopped.push(report),
+                Err(Leftover::Reused) => {
+                    tracing::info!(call = %tool.call_id, pid = identity.pid, "tool pid was reused: not signalled");
+                }
+                Err(_) => {}
+            }
+        }
+        self.reported.push(execution_id.to_string());
+        stopped
+    }
+
+    /// Writes the transaction's pages out, then kills what it found: called right
+    /// before the commit. A write that fails (a full disk) fails here, before any
+    /// process is signalled.
+    pub(crate) fn kill_before_commit(&mut self, conn: &Connection) -> Result<()> {
+        if self.found.is_empty() {
+            return Ok(());
+        }
+        conn.cache_flush()?;
+        let mut killed = self.killed.lock();
+        for (execution, report, group) in self.found.drain(..) {
+            if group.kill() == Leftover::Stopped {
+                tracing::warn!(call = %report.call_id, pgid = report.pgid, "stopped a leftover tool process group");
+            }
+            let entry = killed.entry(execution).or_default();
+            if !entry.contains(&report) {
+                entry.push(report);
+            }
+        }
+        Ok(())
+    }
+
+    /// The transaction committed: what it reported needs no remembering.
+    pub(crate) fn committed(self) {
+        let mut killed = self.killed.lock();
+        for execution in &self.reported {
+            killed.remove(execution);
+        }
+    }
+}
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Recovered {
     pub execution_id: String,
@@ -201,12 +329,9 @@ fn recover_batch(
     report: &mut RecoveryReport,
     committed: &mut Vec<EventRecord>,
 ) -> Result<()> {
-    // Processes stopped in a rolled-back attempt stay stopped: remember them, so the
-    // attempt that commits still reports them.
-    let mut stopped = HashMap::new();
-    let (batch, outcomes) = match attempt(conn, p, now, cursor, Isolation::Batch, &mut stopped)? {
+    let (batch, outcomes) = match attempt(conn, p, now, cursor, Isolation::Batch)? {
         Some(done) => done,
-        None => attempt(conn, p, now, cursor, Isolation::PerRow, &mut stopped)?
+        None => attempt(conn, p, now, cursor, Isolation::PerRow)?
             .expect("a per-row attempt always completes"),
     };
     report.scanned += batch.len();
@@ -230,38 +355,43 @@ enum Isolation {
 }
 
 /// One attempt at a batch; `None` when a row failed under [`Isolation::Batch`] and
-/// everything was rolled back.
+/// everything was rolled back. A failing store (a full disk, I/O) is no row's fault:
+/// the attempt stops with it, nothing of the batch is written, nothing is
+/// quarantined for it, and no process is killed ([`crate::store::row_failure`]).
 fn attempt(
     conn: &mut Connection,
     p: &Params,
     now: Now<'_>,
     cursor: &Cursor,
     isolation: Isolation,
-    stopped: &mut HashMap<String, Vec<StoppedProcess>>,
 ) -> Result<Option<(Vec<ClaimRow>, Vec<RowOutcome>)>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let now_ms = now();
     let batch = scan(&tx, p, now_ms, cursor)?;
     let mut outcomes = Vec::with_capacity(batch.len());
+    let mut stops = Stops::new(p.killed.clone());
     for row in &batch {
         if isolation == Isolation::PerRow {
             tx.prepare_cached("SAVEPOINT recovery_row")?.execute([])?;
         }
-        match recover_row(&tx, row, p, now_ms, stopped) {
+        let mark = stops.mark();
+        match recover_row(&tx, row, p, now_ms, &mut stops) {
             Ok(outcome) => {
                 if isolation == Isolation::PerRow {
                     tx.prepare_cached("RELEASE recovery_row")?.execute([])?;
                 }
                 outcomes.push(outcome);
             }
-            Err(error) if isolation == Isolation::Batch => {
-                tracing::warn!(execution = %row.id, %error, "a claim failed to recover; isolating its batch");
-                return Ok(None);
-            }
             Err(error) => {
+                let reason = crate::store::row_failure(&tx, error)?;
+                stops.rollback_to(mark);
+                if isolation == Isolation::Batch {
+                    tracing::warn!(execution = %row.id, %reason, "a claim failed to recover; isolating its batch");
+                    return Ok(None);
+                }
                 tx.prepare_cached("ROLLBACK TO recovery_row")?.execute([])?;
                 tx.prepare_cached("RELEASE recovery_row")?.execute([])?;
-                let reason = one_line(&format!("recovery failed: {error}"));
+                let reason = format!("recovery failed: {reason}");
                 tracing::warn!(execution = %row.id, %reason, "quarantining a claim");
                 outcomes.push(match quarantine_row(&tx, row, p, now_ms, &reason)? {
                     true => RowOutcome::Quarantined(reason, Vec::new()),
@@ -270,7 +400,9 @@ fn attempt(
             }
         }
     }
+    stops.kill_before_commit(&tx)?;
     tx.commit()?;
+    stops.committed();
     Ok(Some((batch, outcomes)))
 }
 
@@ -410,7 +542,7 @@ fn recover_row(
     row: &ClaimRow,
     p: &Params,
     now_ms: i64,
-    stopped: &mut HashMap<String, Vec<StoppedProcess>>,
+    stops: &mut Stops,
 ) -> Result<RowOutcome> {
     // A claim beyond a lease ahead (the clock went back) of an owner that provably
     // lives is a live lease: its next heartbeat brings it back in line.
@@ -428,10 +560,7 @@ fn recover_row(
         Err(reason) => {
             claim::quarantine(tx, &claim, &reason, now_ms)?;
             let assistant = readable_assistant(tx, row);
-            let stopped = stopped
-                .entry(claim.execution_id.clone())
-                .or_insert_with(|| stop_leftover_processes(assistant.as_ref()))
-                .clone();
+            let stopped = stops.find(&claim.execution_id, assistant.as_ref());
             Ok(RowOutcome::Quarantined(reason, stopped))
         }
         Ok(Decoded::Safe) => {
@@ -451,10 +580,7 @@ fn recover_row(
             session,
             assistant,
         }) => {
-            let stopped = stopped
-                .entry(claim.execution_id.clone())
-                .or_insert_with(|| stop_leftover_processes(assistant.as_deref()))
-                .clone();
+            let stopped = stops.find(&claim.execution_id, assistant.as_deref());
             let mut read = crate::projection::Projection::default();
             read.session = Some(*session);
             reconcile(tx, &claim, phase, assistant, read, stopped, now_ms)
@@ -691,41 +817,6 @@ fn consecutive_recoveries(
     Ok(recoveries)
 }
 
-/// Stops the process groups of the assistant's running tools that are provably still
-/// theirs: tool processes never outlive their owner, whatever becomes of its claim
-/// (reconciled, quarantined or discarded).
-pub(crate) fn stop_leftover_processes(
-    assistant: Option<&crate::projection::MessageRow>,
-) -> Vec<StoppedProcess> {
-    let Some(MessageData::Assistant(a)) = assistant.map(|m| &m.data) else {
-        return Vec::new();
-    };
-    let mut stopped = Vec::new();
-    for tool in a.tools() {
-        if tool.state.status != ToolStatus::Running {
-            continue;
-        }
-        let Some(identity) = &tool.state.process else {
-            continue;
-        };
-        match process::stop_leftover(identity) {
-            Leftover::Stopped => {
-                tracing::warn!(call = %tool.call_id, pgid = identity.pgid, "stopped a leftover tool process group");
-                stopped.push(StoppedProcess {
-                    call_id: tool.call_id.clone(),
-                    pid: identity.pid,
-                    pgid: identity.pgid,
-                });
-            }
-            Leftover::Reused => {
-                tracing::info!(call = %tool.call_id, pid = identity.pid, "tool pid was reused: not signalled");
-            }
-            Leftover::Gone | Leftover::Elsewhere => {}
-        }
-    }
-    stopped
-}
-
 /// Quarantines a row whose recovery failed, in its own savepoint. False when the row
 /// could not even be taken over (someone else holds it).
 fn quarantine_row(
@@ -750,15 +841,12 @@ fn quarantine_row(
             Ok(done)
         }
         Err(e) => {
+            let reason = crate::store::row_failure(tx, e)?;
             tx.execute_batch("ROLLBACK TO recovery_quarantine; RELEASE recovery_quarantine")?;
-            tracing::error!(execution = %row.id, error = %e, "could not quarantine a claim");
+            tracing::error!(execution = %row.id, error = %reason, "could not quarantine a claim");
             Ok(false)
         }
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Every claim recovery may one day take: (session, owner, expires_at), for the

@@ -63,8 +63,14 @@ pub enum EngineEvent {
     },
     /// The session started running here (its first execution is about to acquire).
     Running { session_id: String },
-    /// Nothing runs for the session here any more (no re-run is due).
-    Idle { session_id: String },
+    /// Nothing runs for the session here any more (no re-run is due), and how its
+    /// last run ended — a store failure, a busy session or a quarantined claim
+    /// included, which no [`EngineEvent::Finished`] reports because no execution
+    /// started.
+    Idle {
+        session_id: String,
+        outcome: crate::coordinator::SessionOutcome,
+    },
 }
 
 /// How an execution ended.

@@ -9,6 +9,7 @@
 pub mod events;
 pub mod migrate;
 pub mod open;
+pub(crate) mod pinned;
 pub mod rows;
 pub mod sessions;
 
@@ -56,6 +57,7 @@ impl Store {
         let mut conn = open_read_write(path)?;
         migrate_or_refuse(&mut conn, path, known, clock)?;
         make_private(path);
+        pinned::pin(path);
         Ok(Store {
             conn,
             path: Some(path.to_path_buf()),
@@ -106,6 +108,24 @@ pub fn write<R>(conn: &mut Connection, f: impl FnOnce(&Transaction<'_>) -> Resul
     let out = f(&tx)?;
     tx.commit()?;
     Ok(out)
+}
+
+/// Sorts the failure of one row of a per-row loop (recovery's claims and wakes,
+/// protocol §5.2 and §5.7): `Ok(reason)` when the row alone failed and the
+/// transaction lives on — the caller quarantines the row with that one-line reason
+/// and goes on with the others — and `Err` when the store itself failed (a full
+/// disk, I/O, memory, a lock; [`Error::is_store_failure`]) or SQLite rolled the
+/// transaction back: then no row can be isolated, and the loop stops with the
+/// failure as it is.
+pub(crate) fn row_failure(conn: &Connection, error: Error) -> Result<String> {
+    if error.is_store_failure() || conn.is_autocommit() {
+        return Err(error);
+    }
+    Ok(error
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" "))
 }
 
 /// Runs `f` in one read transaction: a consistent snapshot.

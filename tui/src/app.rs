@@ -277,6 +277,9 @@ pub struct Transcript {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Launch {
     pub report: Option<RecoveryReport>,
+    /// Why the launch recovery did not finish (a full disk, say), when it did not:
+    /// the background retries it.
+    pub error: Option<String>,
     /// When it ran (ms since the epoch).
     pub at_ms: i64,
     /// Recovery wakes pending or parked after it, as (execution, session, parked).
@@ -287,6 +290,19 @@ pub struct Launch {
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.
     pub titles: BTreeMap<String, String>,
+}
+
+/// How a session's last turn here ended when it did not end as asked: shown in its
+/// transcript and, while its claim stays behind, as its badge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// What stopped it, in a sentence.
+    pub text: String,
+    /// The turn left its claim behind (a store failure): the session reads as
+    /// running in the file until recovery takes the claim.
+    pub holds_claim: bool,
+    /// When it ended (ms since the epoch): a message written later supersedes it.
+    pub at_ms: i64,
 }
 
 /// The last recovery seen: the launch's, or a later one in the background.
@@ -382,9 +398,11 @@ pub struct App {
     pub overlay: Vec<Overlay>,
     /// Sessions with an execution running here.
     pub running: BTreeSet<String>,
+    /// Sessions whose last turn here did not end as asked, and how it ended.
+    pub failures: BTreeMap<String, Failure>,
     /// This owner's claims as (session, expires_at): the header's lease health.
     pub own_claims: Vec<(String, i64)>,
-    /// Wall-clock ms, moved by ticks and loads.
+    /// Wall-clock ms, moved by ticks, loads and every message the loop handles.
     pub now_ms: i64,
     /// A one-line note in the footer (an action's result, an error); the next key
     /// clears it.
@@ -439,6 +457,7 @@ impl App {
             inspector: Inspector::default(),
             overlay: Vec::new(),
             running: BTreeSet::new(),
+            failures: BTreeMap::new(),
             own_claims: Vec::new(),
             now_ms,
             status: None,
@@ -460,6 +479,20 @@ impl App {
     /// The session the chat shows.
     pub fn current_session(&self) -> Option<&str> {
         self.transcript.session.as_ref().map(|s| s.id.as_str())
+    }
+
+    /// The failure to show in the open session's transcript: its last turn's here,
+    /// unless something was written to the session since.
+    pub fn current_failure(&self) -> Option<&Failure> {
+        let failure = self.failures.get(self.current_session()?)?;
+        let newest = self
+            .transcript
+            .messages
+            .iter()
+            .map(|m| m.time_updated.max(m.time_created))
+            .max()
+            .unwrap_or(i64::MIN);
+        (newest <= failure.at_ms && !self.current_is_running()).then_some(failure)
     }
 
     /// Whether the open session runs here now.

@@ -266,6 +266,7 @@ pub fn counts() -> Counts {
 /// What a launch after a crash found.
 pub fn launch() -> Launch {
     Launch {
+        error: None,
         report: Some(RecoveryReport {
             scanned: 3,
             recovered: vec![

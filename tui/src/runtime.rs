@@ -212,6 +212,7 @@ impl EventLoop {
             };
             dirty = true;
             app.mono_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            app.now_ms = app.now_ms.max(self.options.clock.now_ms());
             for effect in update(app, msg) {
                 if let Some(chosen) = self.carry_out(app, effect) {
                     leave = chosen;
@@ -230,22 +231,21 @@ impl EventLoop {
                 let inbox = self.inbox.clone();
                 let cwd = self.options.cwd.display().to_string();
                 tokio::spawn(async move {
-                    let session_id = match session {
-                        Some(id) => id,
-                        None => match engine.create_session(&title_from(&prompt), &cwd).await {
-                            Ok(created) => {
-                                let id = created.id.clone();
-                                let _ = inbox.send(Msg::Created(created));
-                                id
-                            }
-                            Err(e) => {
-                                let error = e.to_string();
-                                let _ = inbox.send(Msg::SubmitFailed { prompt, error });
-                                return;
-                            }
-                        },
+                    // A first prompt creates its session in the transaction that
+                    // admits it: a refused prompt leaves no empty session behind.
+                    let result = match session {
+                        Some(id) => engine.submit(&id, &prompt).await.map(drop),
+                        None => {
+                            let title = steward_engine::store::sessions::title_from(&prompt);
+                            engine
+                                .submit_new(&title, &cwd, &prompt)
+                                .await
+                                .map(|(created, _)| {
+                                    let _ = inbox.send(Msg::Created(created));
+                                })
+                        }
                     };
-                    if let Err(e) = engine.submit(&session_id, &prompt).await {
+                    if let Err(e) = result {
                         let error = e.to_string();
                         let _ = inbox.send(Msg::SubmitFailed { prompt, error });
                     }
@@ -359,14 +359,4 @@ fn terminal_events() -> mpsc::UnboundedReceiver<Event> {
         })
         .expect("spawn the input thread");
     receiver
-}
-
-/// A session title from the start of its first prompt.
-fn title_from(prompt: &str) -> String {
-    let line = prompt.lines().next().unwrap_or_default().trim();
-    let mut title: String = line.chars().take(60).collect();
-    if line.chars().count() > 60 {
-        title.push('…');
-    }
-    title
 }

@@ -2,6 +2,7 @@
 //! or the file is returned as an [`Effect`] for the runtime to carry out.
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use steward_engine::coordinator::SessionOutcome;
 use steward_engine::inspect::pages::{ClaimOrder, PageRequest};
 use steward_engine::message::{EXECUTION_INTERRUPTED_BY_RESTART, PROVIDER_OUTCOME_UNKNOWN};
 use steward_engine::phase::Phase;
@@ -242,11 +243,16 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
         }
         EngineEvent::Finished { .. } => vec![load(app)],
         EngineEvent::Running { session_id } => {
+            app.failures.remove(&session_id);
             app.running.insert(session_id);
             Vec::new()
         }
-        EngineEvent::Idle { session_id } => {
+        EngineEvent::Idle {
+            session_id,
+            outcome,
+        } => {
             app.running.remove(&session_id);
+            on_turn_ended(app, &session_id, &outcome);
             if app
                 .status
                 .as_deref()
@@ -274,6 +280,41 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             vec![load(app)]
         }
     }
+}
+
+/// A turn that did not end as asked is said where the user looks: in the footer
+/// when its session is open, and in its transcript (and, while its claim stays
+/// behind, its badge) until it runs again.
+fn on_turn_ended(app: &mut App, session_id: &str, outcome: &SessionOutcome) {
+    use steward_engine::runner::Outcome;
+    if !outcome.is_failure() {
+        app.failures.remove(session_id);
+        return;
+    }
+    let current = app.current_session() == Some(session_id);
+    if let SessionOutcome::Busy { owner_id } = outcome {
+        // Not a failure of this turn: another process runs the session, and what
+        // it writes appears here as it commits.
+        if current {
+            app.status = Some(format!(
+                "another Steward process ({}) runs this session: its turn shows here as it streams",
+                crate::view::short_id(owner_id)
+            ));
+        }
+        return;
+    }
+    let text = outcome.to_string();
+    if current {
+        app.status = Some(format!("the turn stopped: {text}"));
+    }
+    app.failures.insert(
+        session_id.to_string(),
+        crate::app::Failure {
+            text,
+            holds_claim: matches!(outcome, SessionOutcome::Ran(Outcome::Error(_))),
+            at_ms: app.now_ms,
+        },
+    );
 }
 
 /// Takes a load's results into the state, keeping selections on the same rows.
@@ -1110,10 +1151,24 @@ fn answer(app: &mut App, action: KeyAction) -> Vec<Effect> {
 
 /// The after-crash panel: what the launch recovery did, and what waits on the user.
 pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
-    let Some(report) = &launch.report else {
-        return Vec::new();
-    };
     let mut lines = Vec::new();
+    if let Some(error) = &launch.error {
+        lines.push(PanelLine {
+            symbol: "⚠",
+            session_id: String::new(),
+            execution_id: String::new(),
+            what: "not finished".into(),
+            detail: format!(
+                "recovery did not finish: {error} · it is tried again in the background"
+            ),
+            target: None,
+            actionable: false,
+            done: None,
+        });
+    }
+    let Some(report) = &launch.report else {
+        return lines;
+    };
     for r in &report.recovered {
         let text = match r.phase {
             Phase::Unknown => PROVIDER_OUTCOME_UNKNOWN,

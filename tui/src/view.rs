@@ -26,10 +26,19 @@ pub fn view(app: &App, frame: &mut Frame) {
         too_small(app, frame, area);
         return;
     }
+    // A note too long for the footer line (an error) takes up to three lines of its
+    // own above the hints rather than being cut at the edge.
+    let (note, hints) = footer_lines(app);
+    let note_height = note.as_ref().map_or(0, |n| {
+        n.width()
+            .div_ceil(usize::from(area.width).max(1))
+            .clamp(1, 3) as u16
+    });
+    let footer_height = 1 + note_height;
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(1),
-        Constraint::Length(1),
+        Constraint::Length(footer_height),
     ])
     .areas(area);
     frame.render_widget(Paragraph::new(header_line(app)), header);
@@ -37,7 +46,15 @@ pub fn view(app: &App, frame: &mut Frame) {
         Screen::Chat => chat(app, frame, body),
         Screen::Inspector => inspector::render(app, frame, body),
     }
-    frame.render_widget(Paragraph::new(footer_line(app)), footer);
+    let [note_area, hints_area] =
+        Layout::vertical([Constraint::Length(note_height), Constraint::Length(1)]).areas(footer);
+    if let Some(note) = note {
+        frame.render_widget(
+            Paragraph::new(note).wrap(ratatui::widgets::Wrap { trim: false }),
+            note_area,
+        );
+    }
+    frame.render_widget(Paragraph::new(hints), hints_area);
     overlay::render(app, frame, area);
 }
 
@@ -143,6 +160,11 @@ fn header_line(app: &App) -> Line<'static> {
             ),
             t.style(Role::Muted),
         ));
+    } else if app.launch.error.is_some() {
+        spans.push(Span::styled(
+            " recovery did not finish at launch: retrying ".to_string(),
+            t.style(Role::Error),
+        ));
     } else if app.launch.report.is_some() {
         spans.push(Span::styled(
             " nothing to recover at launch ".to_string(),
@@ -180,7 +202,9 @@ fn lease_health(app: &App) -> (String, Role) {
     }
 }
 
-fn footer_line(app: &App) -> Line<'static> {
+/// The footer: the note (an action's result, an error) on its own lines when it does
+/// not fit beside the hints, and the line of hints.
+fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
     let t = &app.theme;
     let hints = match (app.screen, app.pane) {
         (Screen::Inspector, _) if app.mode == Mode::ReadOnly => {
@@ -197,13 +221,16 @@ fn footer_line(app: &App) -> Line<'static> {
         }
         (Screen::Chat, _) => "n new  Enter open  i inspector  Tab pane  ? help  q quit",
     };
-    let mut spans = Vec::new();
-    if let Some(status) = &app.status {
-        spans.push(Span::styled(format!(" {status} "), t.style(Role::Warn)));
-        spans.push(Span::raw(" "));
+    let hints = Span::styled(format!(" {hints}"), t.style(Role::Muted));
+    let Some(status) = &app.status else {
+        return (None, Line::from(hints));
+    };
+    let note = Span::styled(format!(" {status} "), t.style(Role::Warn));
+    if note.width() + 1 + hints.width() <= usize::from(app.size.0) {
+        (None, Line::from(vec![note, Span::raw(" "), hints]))
+    } else {
+        (Some(Line::from(note)), Line::from(hints))
     }
-    spans.push(Span::styled(format!(" {hints}"), t.style(Role::Muted)));
-    Line::from(spans)
 }
 
 fn chat(app: &App, frame: &mut Frame, area: Rect) {
@@ -262,8 +289,16 @@ fn sessions(app: &App, frame: &mut Frame, area: Rect) {
             } else {
                 s.state
             };
-            let (symbol, role) = badge(app, state);
-            let word = state.as_str();
+            // A turn that stopped here on a store failure leaves its claim: the
+            // file says running, but nothing runs.
+            let stopped = state == SessionState::Running
+                && !app.running.contains(&s.id)
+                && app.failures.get(&s.id).is_some_and(|f| f.holds_claim);
+            let ((symbol, role), word) = if stopped {
+                (("⚠", Role::Error), "stopped")
+            } else {
+                (badge(app, state), state.as_str())
+            };
             let room = width.saturating_sub(word.len() + 4);
             let mut title: String = s.title.chars().take(room).collect();
             if s.title.chars().count() > room && room > 0 {
@@ -308,6 +343,8 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
                 "waiting"
             } else if app.running.contains(&s.id) {
                 "running"
+            } else if app.current_failure().is_some_and(|f| f.holds_claim) {
+                "stopped"
             } else {
                 app.transcript.state.map(|s| s.as_str()).unwrap_or("idle")
             };
@@ -354,8 +391,11 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     let tr = &app.transcript;
-    let (lines, starts) =
+    let (mut lines, starts) =
         transcript::lines_with_starts(t, &tr.messages, &tr.pending, tr.expanded, inner.width);
+    if let Some(failure) = app.current_failure() {
+        lines.extend(transcript::failure_lines(t, &failure.text, inner.width));
+    }
     let height = usize::from(inner.height);
     let total = lines.len();
     let bottom = total.saturating_sub(height);

@@ -37,7 +37,7 @@ const LIST_PAGE: usize = 100;
 /// What the methods share.
 #[derive(Debug)]
 pub struct Agent {
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
     pub outbox: Outbox,
     pub views: Arc<Views>,
     /// True once the engine has shut down (stdin closed).
@@ -707,7 +707,7 @@ mod turn_tests {
         ));
         let (_done, shut_down) = tokio::sync::watch::channel(false);
         let agent = Agent {
-            engine,
+            engine: Arc::new(engine),
             outbox,
             views,
             shut_down,

@@ -20,64 +20,78 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         bail!("the terminal interface needs a terminal; see `steward --help` for the commands");
     }
-    runtime()?.block_on(async move {
-        let (permission, asks) = steward_tui::permission::channel();
-        let engine = Arc::new(ctx.start_engine(store, Arc::new(permission)).await?);
-        let at_ms = ctx.clock.now_ms();
-        let report = engine.recover().await?;
-        engine.redrive_wakes().await?;
-        engine.start_background(Redriving::DueWakes);
-        let auto_continue = ctx.config.recovery.auto_continue;
-        let (wakes, more_wakes) = launch_wakes(&engine, auto_continue).await;
-        let titles = titles(&engine, &report, &wakes).await;
-        let options = steward_tui::Options {
-            data_dir: ctx.paths.data_dir.clone(),
-            database: ctx.paths.database.clone(),
-            owners_dir: ctx.paths.owners.clone(),
-            cwd: std::env::current_dir()?.canonicalize()?,
-            config_path: ctx.paths.config.clone(),
-            mouse,
-            clock: ctx.clock.clone(),
-        };
-        let launch = Launch {
-            report: Some(report),
-            at_ms,
-            wakes,
-            more_wakes,
-            auto_continue,
-            titles,
-        };
-        let result = steward_tui::run_chat(engine.clone(), asks, launch, options).await;
-        // Leaving takes a moment (running turns stop, and are reconciled); a second
-        // SIGTERM, SIGHUP or Ctrl-C meanwhile leaves at once, as a crash would —
-        // which recovery handles at the next launch.
-        tokio::spawn(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-                _ = int.recv() => {}
-            }
-            std::process::exit(130);
-        });
-        let stopped = engine.shutdown().await?;
-        let leave = result?;
-        if !stopped.is_empty() && leave == steward_tui::Leave::Quit {
-            eprintln!(
-                "steward: {} running turn{} stopped and reconciled; they continue at the next launch",
-                stopped.len(),
-                if stopped.len() == 1 { " was" } else { "s were" }
-            );
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+    let (permission, asks) = steward_tui::permission::channel();
+    let leave =
+        runtime()?.block_on(
+            ctx.with_engine(store, Arc::new(permission), async |engine| {
+                let at_ms = ctx.clock.now_ms();
+                // A launch recovery that cannot finish (a full disk, say) keeps nothing from
+                // the screen: it shows what it can read and why recovery stopped, and the
+                // background retries until it can.
+                let (report, mut error) = match engine.recover().await {
+                    Ok(report) => (Some(report), None),
+                    Err(e) => (None, Some(e.to_string())),
+                };
+                if let Err(e) = engine.redrive_wakes().await {
+                    error.get_or_insert(e.to_string());
+                }
+                if let Some(error) = &error {
+                    tracing::error!(%error, "the launch recovery did not finish");
+                }
+                engine.start_background(Redriving::DueWakes);
+                let auto_continue = ctx.config.recovery.auto_continue;
+                let (wakes, more_wakes) = launch_wakes(engine, auto_continue).await;
+                let titles = titles(engine, report.as_ref(), &wakes).await;
+                let options = steward_tui::Options {
+                    data_dir: ctx.paths.data_dir.clone(),
+                    database: ctx.paths.database.clone(),
+                    owners_dir: ctx.paths.owners.clone(),
+                    cwd: std::env::current_dir()?.canonicalize()?,
+                    config_path: ctx.paths.config.clone(),
+                    mouse,
+                    clock: ctx.clock.clone(),
+                };
+                let launch = Launch {
+                    report,
+                    error,
+                    at_ms,
+                    wakes,
+                    more_wakes,
+                    auto_continue,
+                    titles,
+                };
+                let leave = steward_tui::run_chat(engine.clone(), asks, launch, options).await;
+                // Leaving takes a moment (running turns stop, and are reconciled); a second
+                // SIGTERM, SIGHUP or Ctrl-C meanwhile leaves at once, as a crash would —
+                // which recovery handles at the next launch.
+                tokio::spawn(async {
+                    use tokio::signal::unix::{SignalKind, signal};
+                    let (Ok(mut term), Ok(mut hup), Ok(mut int)) = (
+                        signal(SignalKind::terminate()),
+                        signal(SignalKind::hangup()),
+                        signal(SignalKind::interrupt()),
+                    ) else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = hup.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                    std::process::exit(130);
+                });
+                let running = engine.coordinator().running().len();
+                Ok((leave?, running))
+            }),
+        )?;
+    let (leave, stopped) = leave;
+    if stopped > 0 && leave == steward_tui::Leave::Quit {
+        eprintln!(
+            "steward: {stopped} running turn{} stopped and reconciled; they continue at the next launch",
+            if stopped == 1 { " was" } else { "s were" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Wakes the panel lists at most.
@@ -116,14 +130,18 @@ async fn launch_wakes(
 /// The titles of the sessions the after-crash panel names.
 async fn titles(
     engine: &steward_engine::Engine,
-    report: &steward_engine::RecoveryReport,
+    report: Option<&steward_engine::RecoveryReport>,
     wakes: &[(String, String, bool)],
 ) -> BTreeMap<String, String> {
     let ids: Vec<String> = report
-        .recovered
-        .iter()
-        .map(|r| r.session_id.clone())
-        .chain(report.quarantined.iter().map(|q| q.session_id.clone()))
+        .into_iter()
+        .flat_map(|report| {
+            report
+                .recovered
+                .iter()
+                .map(|r| r.session_id.clone())
+                .chain(report.quarantined.iter().map(|q| q.session_id.clone()))
+        })
         .chain(wakes.iter().map(|w| w.1.clone()))
         .collect();
     engine

@@ -20,10 +20,8 @@ use crate::context::{Context, runtime};
 use crate::output::out;
 
 pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<ExitCode> {
-    runtime()?.block_on(async move {
-        let engine = ctx
-            .start_engine(store, Arc::new(Headless { allow_all: false }))
-            .await?;
+    let permission = Arc::new(Headless { allow_all: false });
+    runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
         // Claims that expire while the woken sessions run are reconciled on a timer.
         engine.start_background(Redriving::Nothing);
@@ -53,7 +51,6 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 eprintln!("{session}: {}", describe(outcome.as_ref()));
             }
         }
-        engine.shutdown().await?;
         if json {
             out!("{}", serde_json::to_string(&report)?);
         } else if !no_wake {
@@ -65,7 +62,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
             );
         }
         Ok(ExitCode::SUCCESS)
-    })
+    }))
 }
 
 fn print_pass(report: &RecoveryReport) {
@@ -109,24 +106,5 @@ fn print_pass(report: &RecoveryReport) {
 }
 
 pub fn describe(outcome: Option<&SessionOutcome>) -> String {
-    match outcome {
-        None | Some(SessionOutcome::Ran(Outcome::Idle)) => "idle".into(),
-        Some(SessionOutcome::Ran(Outcome::Failed(m))) => format!("failed: {m}"),
-        Some(SessionOutcome::Ran(Outcome::Cancelled)) => "cancelled".into(),
-        Some(SessionOutcome::Ran(Outcome::Lost)) => "lost its claim to another owner".into(),
-        Some(SessionOutcome::Ran(Outcome::Error(m)) | SessionOutcome::Error(m)) => {
-            format!("error: {m}")
-        }
-        Some(SessionOutcome::Busy { owner_id }) => format!("busy (held by {owner_id})"),
-        Some(SessionOutcome::AwaitingRecovery { execution_id }) => {
-            format!("waits for recovery of {execution_id}")
-        }
-        Some(SessionOutcome::Quarantined {
-            execution_id,
-            reason,
-        }) => {
-            format!("quarantined ({execution_id}: {reason})")
-        }
-        Some(SessionOutcome::Stopped) => "stopped by shutdown; left for recovery".into(),
-    }
+    outcome.map_or_else(|| "idle".into(), ToString::to_string)
 }

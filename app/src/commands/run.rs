@@ -14,6 +14,7 @@ use steward_engine::coordinator::SessionOutcome;
 use steward_engine::engine::Redriving;
 use steward_engine::events::{Event, EventRecord};
 use steward_engine::runner::{EngineEvent, Outcome};
+use steward_engine::store::sessions::title_from;
 use steward_engine::store::{Store, rows};
 use steward_engine::tools::Headless;
 use tokio::sync::broadcast::error::RecvError;
@@ -52,17 +53,13 @@ pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
         // command with nothing admitted; after, it cancels the turn; a second one
         // leaves at once (whatever still runs is reconciled at the next launch).
         let interrupt = interrupt_handler()?;
-        let engine = ctx
-            .start_engine(
-                store,
-                Arc::new(Headless {
-                    allow_all: args.yes,
-                }),
-            )
-            .await?;
-        let result = drive(&engine, &args, &interrupt).await;
-        engine.shutdown().await?;
-        result
+        let permission = Arc::new(Headless {
+            allow_all: args.yes,
+        });
+        ctx.with_engine(store, permission, async |engine| {
+            drive(engine, &args, &interrupt).await
+        })
+        .await
     })
 }
 
@@ -100,7 +97,16 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
         );
     }
     let prompt = args.prompt.join(" ");
-    let session_id = match &args.session {
+    // Subscribed before the prompt is admitted: no event of the turn is missed.
+    let mut events = engine.subscribe();
+    if interrupt.is_cancelled() {
+        eprintln!("steward: cancelled before the prompt was admitted");
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    }
+    // Admitted and claimed in one transaction (a new session created in it too):
+    // exit 4 means nothing was admitted, and a refused first prompt leaves no
+    // session behind.
+    let admitted = match &args.session {
         Some(id) => {
             let id2 = id.clone();
             if engine
@@ -111,7 +117,7 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
             {
                 bail!("session {id} not found");
             }
-            id.clone()
+            engine.submit(id, &prompt).await.map(|_| id.clone())
         }
         None => {
             let dir = match &args.dir {
@@ -126,30 +132,27 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
             }
             let title = args.title.clone().unwrap_or_else(|| title_from(&prompt));
             engine
-                .create_session(&title, &dir.to_string_lossy())
-                .await?
-                .id
+                .submit_new(&title, &dir.to_string_lossy(), &prompt)
+                .await
+                .map(|(session, _)| session.id)
         }
     };
-    let mut events = engine.subscribe();
-    if interrupt.is_cancelled() {
-        eprintln!("steward: cancelled before the prompt was admitted");
-        return Ok(ExitCode::from(exit::INTERRUPTED));
-    }
-    // Admitted and claimed in one transaction: exit 4 means nothing was admitted.
-    if let Err(error) = engine.submit(&session_id, &prompt).await {
-        if args.json {
-            let label = match &error {
-                steward_engine::Error::SessionBusy { .. } => "busy",
-                _ => "refused",
-            };
-            out!(
-                "{}",
-                json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": error.to_string()})
-            );
+    let session_id = match admitted {
+        Ok(session_id) => session_id,
+        Err(error) => {
+            if args.json {
+                let label = match &error {
+                    steward_engine::Error::SessionBusy { .. } => "busy",
+                    _ => "refused",
+                };
+                out!(
+                    "{}",
+                    json!({"type": "run.finished", "session_id": args.session, "outcome": label, "error": error.to_string()})
+                );
+            }
+            return Err(error.into());
         }
-        return Err(error.into());
-    }
+    };
     if !args.json {
         eprintln!("session {session_id}");
     }
@@ -231,15 +234,6 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
         eprintln!("steward: cancelled");
     }
     Ok(ExitCode::from(code))
-}
-
-fn title_from(prompt: &str) -> String {
-    let line = prompt.lines().next().unwrap_or_default().trim();
-    let mut title: String = line.chars().take(60).collect();
-    if line.chars().count() > 60 {
-        title.push('…');
-    }
-    title
 }
 
 struct Printer {

@@ -18,12 +18,12 @@ use crate::context::{Context, runtime};
 
 pub fn run(ctx: &Context, store: Store, execution_id: String) -> Result<ExitCode> {
     runtime()?.block_on(async move {
-        let engine = ctx
-            .start_engine(store, Arc::new(Headless { allow_all: false }))
-            .await?;
-        let result = act(&engine, &execution_id).await;
-        engine.shutdown().await?;
-        result
+        ctx.with_engine(
+            store,
+            Arc::new(Headless { allow_all: false }),
+            async |engine| act(engine, &execution_id).await,
+        )
+        .await
     })
 }
 

@@ -153,10 +153,10 @@ fn look(path: &Path, known: &[Migration], d: &mut Diagnosis) -> Failed {
 }
 
 fn read_header(path: &Path) -> Option<Header> {
-    use std::io::Read;
     let mut bytes = [0u8; 100];
-    let mut file = std::fs::File::open(path).ok()?;
-    let n = file.read(&mut bytes).ok()?;
+    // Through the pinned descriptor: the process may hold connections to the file
+    // (protocol §2.8).
+    let n = crate::store::pinned::read_at(path, &mut bytes, 0).ok()?;
     let is_sqlite = n >= 100 && &bytes[..16] == b"SQLite format 3\0";
     if !is_sqlite {
         return Some(Header {

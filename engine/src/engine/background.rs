@@ -19,6 +19,8 @@ use crate::store::sessions::{self, Scope};
 
 /// The slow fallback poll.
 const POLL: Duration = Duration::from_secs(5);
+/// The first pause after a failed pass; it doubles with each failure, up to [`POLL`].
+const RETRY: Duration = Duration::from_millis(250);
 
 /// Which sessions a front end lets the engine run on its own: true for a session
 /// whose output someone is watching.
@@ -152,9 +154,26 @@ impl Due {
 
 impl Loop {
     async fn run(self, stop: CancellationToken) {
+        let mut failed: u32 = 0;
         loop {
-            if let Err(e) = self.tick().await {
-                tracing::error!(error = %e, "background recovery failed");
+            match self.tick().await {
+                Ok(()) => failed = 0,
+                Err(e) => {
+                    failed = failed.saturating_add(1);
+                    tracing::error!(error = %e, attempt = failed, "background recovery failed");
+                }
+            }
+            if failed > 0 {
+                // A pass that failed (a full disk) is retried after a pause that
+                // doubles up to the fallback poll, whatever rings meanwhile: its own
+                // failed writes ring the doorbell, and a due claim would otherwise
+                // make it retry at once, for ever.
+                let pause = RETRY.saturating_mul(1 << (failed - 1).min(8)).min(POLL);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                continue;
             }
             let wait = self.next_wait().await;
             tokio::select! {

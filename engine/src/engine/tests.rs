@@ -625,3 +625,67 @@ async fn r4_3_a_live_claim_of_a_provably_dead_owner_is_reconciled_at_once_not_re
     );
     engine.shutdown().await.unwrap();
 }
+
+/// Caps the database at the pages it has: the next write that needs a page fails
+/// as on a full disk.
+async fn fill_disk(engine: &Engine) {
+    engine
+        .db()
+        .with_conn(|conn| {
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_14_a_first_prompt_refused_on_a_full_disk_leaves_no_session_behind_in_the_engine() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("hello")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    // A prompt long enough to need a new page wherever it goes.
+    let prompt = "x".repeat(20_000);
+    fill_disk(&engine).await;
+    let error = engine
+        .submit_new("a title", &dir.work(), &prompt)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with("the disk is full: "),
+        "{error}"
+    );
+    let sessions: i64 = engine
+        .db()
+        .read(|c| Ok(c.query_row("SELECT count(*) FROM session", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(sessions, 0, "a refused prompt left a session behind");
+    // With room, the same call creates the session and runs the prompt.
+    engine
+        .db()
+        .with_conn(|conn| {
+            conn.query_row("PRAGMA max_page_count = 1000000", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let (session, input) = engine
+        .submit_new("a title", &dir.work(), "hi")
+        .await
+        .unwrap();
+    assert_eq!(
+        (session.title.as_str(), input.prompt.as_str()),
+        ("a title", "hi")
+    );
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    engine.shutdown().await.unwrap();
+}

@@ -25,6 +25,7 @@ fn params() -> Params {
         owners: crate::owner::Owners::new("/nonexistent/owners"),
         lease_ms: LEASE,
         slack_ms: CLOCK_SLACK_MS,
+        killed: Default::default(),
     }
 }
 
@@ -1161,4 +1162,117 @@ fn i14_non_integer_columns_are_quarantined_or_reported_never_fatal() {
     );
     let (wake, quarantined) = recovery_wakes(store.conn_mut()).unwrap();
     assert_eq!((wake.len(), quarantined), (1, 1));
+}
+
+#[test]
+fn r5_7_a_wake_whose_continuation_does_not_decode_is_quarantined_and_the_others_wake() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let good: Vec<String> = (0..3)
+        .map(|i| interrupted(&mut store, &format!("ses_{i}"), Stage::Tools, T0 + i))
+        .collect();
+    let bad = interrupted(&mut store, "ses_bad", Stage::Tools, T0 + 1);
+    pass(store.conn_mut(), &params(), LATER + 10).unwrap();
+    // A damaged file: the CHECK constraint did not hold the row back.
+    store
+        .conn()
+        .execute_batch(&format!(
+            "PRAGMA ignore_check_constraints = ON;
+             UPDATE session_input SET delivery = 'bogus' WHERE id = '{}';
+             PRAGMA ignore_check_constraints = OFF;",
+            ids::continuation_input(&bad)
+        ))
+        .unwrap();
+    let (wake, quarantined) = recovery_wakes(store.conn_mut()).unwrap();
+    let mut woken: Vec<String> = wake.into_iter().map(|w| w.execution_id).collect();
+    let mut good = good;
+    good.sort();
+    woken.sort();
+    assert_eq!((woken, quarantined), (good, 1));
+    let row = crate::inspect::recoveries_of(store.conn(), &bad)
+        .unwrap()
+        .unwrap();
+    assert!(!row.wake_pending);
+    assert_eq!(
+        row.recovery_error,
+        Some(format!(
+            "the wake cannot be checked: corrupt data: input {}: unknown delivery bogus",
+            ids::continuation_input(&bad)
+        ))
+    );
+}
+
+#[test]
+fn r5_2_a_full_disk_stops_the_pass_with_its_cause_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    for i in 0..50 {
+        interrupted(&mut store, &format!("ses_{i}"), Stage::Tools, T0);
+    }
+    let before = count(store.conn(), "SELECT count(*) FROM event");
+    let pages = count(store.conn(), "PRAGMA page_count");
+    store.set_max_pages(pages as u64).unwrap();
+    let error = pass(store.conn_mut(), &params(), LATER).unwrap_err();
+    assert!(matches!(error, Error::StoreFull(_)), "{error:?}");
+    assert!(
+        error.to_string().starts_with("the disk is full: "),
+        "{error}"
+    );
+    // Nothing half-done: no claim quarantined for the disk's sake, nothing appended.
+    let conn = store.conn();
+    assert_eq!(count(conn, "SELECT count(*) FROM event"), before);
+    assert_eq!(
+        count(
+            conn,
+            "SELECT count(*) FROM session_execution WHERE recovery_error IS NULL"
+        ),
+        50
+    );
+    // With room again, the next pass completes everything.
+    store.set_max_pages(1 << 30).unwrap();
+    let report = pass(store.conn_mut(), &params(), LATER + 1).unwrap();
+    assert_eq!((report.recovered.len(), report.quarantined.len()), (50, 0));
+}
+
+#[test]
+fn r5_10_a_pass_that_fails_on_a_full_disk_kills_no_leftover_and_the_next_one_reports_it() {
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let exe = interrupted(
+        &mut store,
+        "ses_a",
+        Stage::ToolsWithProcess(identity.clone()),
+        T0,
+    );
+    for i in 0..50 {
+        interrupted(&mut store, &format!("ses_{i}"), Stage::Tools, T0);
+    }
+    let pages = count(store.conn(), "PRAGMA page_count");
+    store.set_max_pages(pages as u64).unwrap();
+    let error = pass(store.conn_mut(), &params(), LATER).unwrap_err();
+    assert!(matches!(error, Error::StoreFull(_)), "{error:?}");
+    // Nothing recorded says "recovery stopped them", so nothing was stopped.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        leftover.try_wait().unwrap(),
+        None,
+        "killed before the commit"
+    );
+    store.set_max_pages(1 << 30).unwrap();
+    let report = pass(store.conn_mut(), &params(), LATER + 1).unwrap();
+    let recovered = report
+        .recovered
+        .iter()
+        .find(|r| r.execution_id == exe)
+        .unwrap();
+    assert_eq!(
+        recovered.stopped_processes,
+        vec![StoppedProcess {
+            call_id: "running".into(),
+            pid: identity.pid,
+            pgid: identity.pgid,
+        }]
+    );
+    assert!(!leftover.wait().unwrap().success());
 }

@@ -2,8 +2,9 @@
 //! pending, checked before anything is woken. A row whose continuation is not
 //! `inp_rec_<its execution>`, is missing, belongs to another session, or was already
 //! promoted is quarantined (invariant 15); one whose wake already failed [`WAKE_ATTEMPTS_MAX`]
-//! times is quarantined too. The rest are woken with a scope that promotes only their
-//! continuation (invariant 10).
+//! times is quarantined too, and so is one that cannot even be checked (a continuation
+//! that does not decode): one bad row never keeps the others from waking. The rest
+//! are woken with a scope that promotes only their continuation (invariant 10).
 
 use rusqlite::{Connection, Transaction, params};
 use serde::Serialize;
@@ -53,7 +54,17 @@ pub fn recovery_wakes(conn: &mut Connection) -> Result<(Vec<WakeCandidate>, usiz
             let pending = scan(tx, &last)?;
             let mut out = Vec::new();
             for row in &pending {
-                match check(tx, row)? {
+                // A row that cannot even be checked (its continuation does not
+                // decode) is quarantined like one that fails the checks: it never
+                // stops the others (protocol §5.7). A failing store stops them all.
+                let verdict = match check(tx, row) {
+                    Ok(verdict) => verdict,
+                    Err(error) => Err(format!(
+                        "the wake cannot be checked: {}",
+                        crate::store::row_failure(tx, error)?
+                    )),
+                };
+                match verdict {
                     Ok(Some(candidate)) => out.push(candidate),
                     Ok(None) => {}
                     Err(reason) => {

@@ -1,18 +1,20 @@
 //! Looking at a database file before writing to it (protocol §2.3).
 //!
-//! Everything here reads only: the file's header straight from disk, then a
+//! Everything here reads only: the file's header straight from disk (through the
+//! descriptor this process never closes, protocol §2.8), then a
 //! read-only SQLite connection that creates no `-wal`/`-shm` that were not there
 //! before (`immutable=1` when the database has no WAL, which also means no process
 //! has it open for writing). A refusal leaves the file byte-for-byte untouched.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Error, Result};
 use crate::store::migrate::{self, AppliedMigration, Migration};
+use crate::store::pinned;
 
 /// What a preflight found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,12 +172,13 @@ pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
 }
 
 /// Reads the file (and its log) front to back before a whole-file check: a cold
-/// `quick_check` reads pages in b-tree order, which is far slower than one pass.
+/// `quick_check` reads pages in b-tree order, which is far slower than one pass. The
+/// database is read through its pinned descriptor (protocol §2.8); the log through a
+/// descriptor of its own, which SQLite holds no lock on.
 fn read_ahead(path: &Path) {
-    for file in [path.to_path_buf(), sidecar(path, "-wal")] {
-        if let Ok(mut f) = File::open(&file) {
-            let _ = std::io::copy(&mut f, &mut std::io::sink());
-        }
+    let _ = pinned::read_through(path);
+    if let Ok(mut log) = File::open(sidecar(path, "-wal")) {
+        let _ = std::io::copy(&mut log, &mut std::io::sink());
     }
 }
 
@@ -214,9 +217,7 @@ fn file_uri(path: &Path, immutable: bool) -> String {
 /// header when there is no log.
 fn check_header(path: &Path, len: u64) -> Result<()> {
     let mut header = [0u8; 100];
-    let read = File::open(path)
-        .and_then(|mut f| f.read(&mut header))
-        .map_err(|e| access(path, e.to_string()))?;
+    let read = pinned::read_at(path, &mut header, 0).map_err(|e| access(path, e.to_string()))?;
     if read < 100 || &header[..16] != b"SQLite format 3\0" {
         return Err(refuse(path, "the file is not a SQLite database"));
     }

@@ -45,6 +45,17 @@ impl Scope {
     }
 }
 
+/// A session title from the start of its first prompt: its first line, at most 60
+/// characters.
+pub fn title_from(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or_default().trim();
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}
+
 /// Creates a session (`session.created`).
 pub fn create(
     tx: &Transaction<'_>,
@@ -53,16 +64,27 @@ pub fn create(
     now_ms: i64,
 ) -> Result<SessionRow> {
     let id = ids::new(ids::SESSION, now_ms);
+    create_with_id(tx, &id, title, directory, now_ms)
+}
+
+/// [`create`] with an id chosen by the caller (a `ses_` id from [`ids::new`]).
+pub fn create_with_id(
+    tx: &Transaction<'_>,
+    id: &str,
+    title: &str,
+    directory: &str,
+    now_ms: i64,
+) -> Result<SessionRow> {
     append_unowned(
         tx,
-        &id,
+        id,
         now_ms,
         Event::SessionCreated {
             title: title.to_string(),
             directory: directory.to_string(),
         },
     )?;
-    rows::session(tx, &id)?.ok_or_else(|| Error::corrupt("a created session vanished"))
+    rows::session(tx, id)?.ok_or_else(|| Error::corrupt("a created session vanished"))
 }
 
 /// Admits a user input (`input.admitted`): `queue` sets the durable wake flag.

@@ -518,6 +518,7 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
             owners: crate::owner::Owners::new(dir.path().join("owners")),
             lease_ms: 30_000,
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
+            killed: Default::default(),
         };
         // Half reconciled (recovery rows), half still claimed.
         let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();

@@ -96,6 +96,31 @@ fn kind(meta: &Metadata) -> &'static str {
     }
 }
 
+/// Refuses the database this process uses and its `-wal`/`-shm`: closing a
+/// descriptor of one would drop the process's SQLite locks (protocol §2.8).
+fn refuse_own_database(path: &Path, meta: &Metadata, verb: &str) -> Result<(), String> {
+    if crate::store::pinned::is_open_here(meta) {
+        return Err(format!(
+            "cannot {verb} {}: it is the database Steward is using (or its log); file tools never open it — `steward show` and `steward inspect` read it",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// [`refuse_own_database`] on a descriptor already opened: one that names the
+/// database is kept open for the life of the process instead of being closed.
+fn refuse_opened_database(path: &Path, file: File, verb: &str) -> Result<(File, Metadata), String> {
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot {verb} {}: {e}", path.display()))?;
+    if let Err(e) = refuse_own_database(path, &meta, verb) {
+        crate::store::pinned::keep(file);
+        return Err(e);
+    }
+    Ok((file, meta))
+}
+
 /// Opens a regular file for reading without ever blocking on it, and checks that
 /// what was opened is still a regular file.
 fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
@@ -108,14 +133,13 @@ fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
             kind(&meta)
         ));
     }
+    refuse_own_database(path, &meta, "read")?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let (file, meta) = refuse_opened_database(path, file, "read")?;
     if !meta.is_file() {
         return Err(format!(
             "cannot read {}: it is {}, not a regular file",
@@ -288,26 +312,25 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-    if let Ok(meta) = std::fs::metadata(&path)
-        && !meta.is_file()
-    {
-        return Err(format!(
-            "cannot write {}: it is {}, not a regular file",
-            path.display(),
-            kind(&meta)
-        ));
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if !meta.is_file() {
+            return Err(format!(
+                "cannot write {}: it is {}, not a regular file",
+                path.display(),
+                kind(&meta)
+            ));
+        }
+        refuse_own_database(&path, &meta, "write")?;
     }
     // The path is resolved: a link that appeared at its end since is not followed.
-    let mut file = OpenOptions::new()
+    // Truncation waits until the file is known not to be the database.
+    let file = OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(&path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let (mut file, meta) = refuse_opened_database(&path, file, "write")?;
     if !meta.is_file() {
         return Err(format!(
             "cannot write {}: it is {}, not a regular file",
@@ -315,7 +338,8 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
             kind(&meta)
         ));
     }
-    file.write_all(content.as_bytes())
+    file.set_len(0)
+        .and_then(|()| file.write_all(content.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(ToolOutput::Completed {
         output: format!("wrote {} bytes to {}", content.len(), path.display()),

@@ -359,25 +359,62 @@ pub enum Leftover {
 /// signal a process that is not its own: a leader that is gone, or is anything but
 /// the wrapper, is never signalled.
 pub fn stop_leftover(identity: &ProcessIdentity) -> Leftover {
+    match find_leftover(identity) {
+        Ok(group) => group.kill(),
+        Err(found) => found,
+    }
+}
+
+/// A recorded tool process group found still running and provably that group
+/// ([`find_leftover`]), not signalled yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftoverGroup {
+    pgid: i32,
+    start_time: u64,
+}
+
+impl LeftoverGroup {
+    /// Kills the group, after checking once more that its leader is the one found
+    /// (a pid is never signalled on an identity checked long before).
+    pub fn kill(&self) -> Leftover {
+        match stat(self.pgid) {
+            None => Leftover::Gone,
+            Some((group, start))
+                if start == self.start_time && group == self.pgid && is_wrapper(self.pgid) =>
+            {
+                kill_group(self.pgid, libc::SIGKILL);
+                Leftover::Stopped
+            }
+            Some(_) => Leftover::Reused,
+        }
+    }
+}
+
+/// What [`stop_leftover`] checks before it kills: `Ok` with the group when it still
+/// runs and is provably the recorded one, else what was found instead (never
+/// [`Leftover::Stopped`]). Signals nothing.
+pub fn find_leftover(identity: &ProcessIdentity) -> Result<LeftoverGroup, Leftover> {
     if identity.hostname != crate::owner::hostname()
         || identity.boot_id != boot_id()
         || identity.boot_id.is_empty()
     {
-        return Leftover::Elsewhere;
+        return Err(Leftover::Elsewhere);
     }
     let pgid = identity.pgid;
     if identity.pid != pgid {
-        return Leftover::Reused;
+        return Err(Leftover::Reused);
     }
     let Some((group, start)) = stat(pgid) else {
-        return Leftover::Gone;
+        return Err(Leftover::Gone);
     };
     // A live process with the leader's pid but another start time is not ours.
     if start != identity.start_time || group != pgid || !is_wrapper(pgid) {
-        return Leftover::Reused;
+        return Err(Leftover::Reused);
     }
-    kill_group(pgid, libc::SIGKILL);
-    Leftover::Stopped
+    Ok(LeftoverGroup {
+        pgid,
+        start_time: start,
+    })
 }
 
 /// Whether `pid` runs this build's tool wrapper (`sh -c WRAPPER steward-tool …`) as

@@ -1,7 +1,7 @@
 use pretty_assertions::assert_eq;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 use steward_engine::inspect::pages::ClaimOrder;
-use steward_engine::runner::EngineEvent;
+use steward_engine::runner::{EngineEvent, Outcome};
 
 use super::*;
 use crate::app::Overlay;
@@ -362,6 +362,7 @@ fn an_idle_session_leaves_the_running_set_and_reloads() {
         &mut app,
         Msg::Engine(EngineEvent::Idle {
             session_id: SESSION.into(),
+            outcome: SessionOutcome::Ran(Outcome::Idle),
         }),
     );
     assert!(app.running.is_empty());

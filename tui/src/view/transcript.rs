@@ -16,6 +16,18 @@ use crate::theme::{Role, Theme};
 /// Tool output lines shown before "… N more lines".
 pub const COLLAPSED_LINES: usize = 6;
 
+/// The lines that end a transcript whose last turn here stopped on a failure: what
+/// stopped it, whole (wrapped, never cut at the edge).
+pub fn failure_lines(theme: &Theme, text: &str, width: u16) -> Vec<Line<'static>> {
+    let line = Line::from(vec![
+        Span::styled("⚠ the turn stopped: ", theme.style(Role::Error)),
+        Span::styled(clean(text), theme.style(Role::Error)),
+    ]);
+    let mut out = vec![Line::default()];
+    out.extend(wrap(vec![line], width));
+    out
+}
+
 /// Every line of `messages` (and the pending inputs after them), wrapped to `width`.
 pub fn lines(
     theme: &Theme,

@@ -18,6 +18,7 @@ fn params() -> crate::recovery::Params {
         owners: Owners::new("/nonexistent/owners"),
         lease_ms: 30_000,
         slack_ms: crate::recovery::CLOCK_SLACK_MS,
+        killed: Default::default(),
     }
 }
 

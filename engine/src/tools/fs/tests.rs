@@ -249,3 +249,33 @@ async fn a_run_never_reaches_outside_without_permission() {
         "{read:?}"
     );
 }
+
+#[tokio::test]
+async fn r2_8_file_tools_never_open_the_database_this_process_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("steward.db");
+    let clock = crate::clock::ManualClock::new(1_000);
+    let store = crate::store::Store::open(&db, &clock).unwrap();
+    store
+        .conn()
+        .query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0))
+        .unwrap();
+    // Only looked at by `stat`: this test must not open the file either.
+    let before = std::fs::metadata(&db).unwrap().len();
+    let held = crate::store::pinned::tests::own_posix_locks(&db);
+    assert!(held > 0);
+    let ctx = ctx_in(dir.path());
+    for name in ["steward.db", "steward.db-wal", "steward.db-shm"] {
+        let read = failure(call(&ReadFile, &ctx, json!({"path": name})).await);
+        assert!(read.contains("the database Steward is using"), "{read}");
+        let wrote = failure(call(&WriteFile, &ctx, json!({"path": name, "content": "x"})).await);
+        assert!(wrote.contains("the database Steward is using"), "{wrote}");
+    }
+    // Through a link too: the file is judged by what it is, not by its name.
+    std::os::unix::fs::symlink(&db, dir.path().join("link")).unwrap();
+    let read = failure(call(&ReadFile, &ctx, json!({"path": "link"})).await);
+    assert!(read.contains("the database Steward is using"), "{read}");
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), before);
+    assert_eq!(crate::store::pinned::tests::own_posix_locks(&db), held);
+    drop(store);
+}

@@ -42,7 +42,7 @@ fn ensure_sdk() {
     });
 }
 
-fn argv(env: &Env, script: &str, config: Option<&Path>) -> String {
+pub(crate) fn argv(env: &Env, script: &str, config: Option<&Path>) -> String {
     let mut argv = vec![
         steward_bin().to_string(),
         "--data-dir".into(),
@@ -277,7 +277,7 @@ fn start_turn(env: &Env, argv: &str, work: &str, on: &str) -> Running {
 }
 
 /// A `steward acp` driven line by line from the test, as an editor would.
-struct Driver {
+pub(crate) struct Driver {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<Value>,
@@ -287,7 +287,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn spawn(env: &Env, argv: &str) -> Driver {
+    pub(crate) fn spawn(env: &Env, argv: &str) -> Driver {
         let argv: Vec<String> = serde_json::from_str(argv).unwrap();
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
@@ -322,7 +322,12 @@ impl Driver {
         }
     }
 
-    fn send(&mut self, message: Value) {
+    /// The agent's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn send(&mut self, message: Value) {
         use std::io::Write;
         let stdin = self.stdin.as_mut().unwrap();
         writeln!(stdin, "{message}").unwrap();
@@ -331,7 +336,7 @@ impl Driver {
 
     /// Sends a request and returns its response (`result` or `error`), keeping
     /// everything that arrived before it.
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         self.send(
@@ -351,7 +356,7 @@ impl Driver {
 
     /// Waits for a message matching `wanted` (kept with the others); false when
     /// none came within `limit`.
-    fn wait_for(&mut self, limit: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
+    pub(crate) fn wait_for(&mut self, limit: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
         if self.seen.iter().any(&wanted) {
             return true;
         }
@@ -379,7 +384,7 @@ impl Driver {
     }
 
     /// The updates received for `session`.
-    fn updates(&self, session: &str) -> Vec<&Value> {
+    pub(crate) fn updates(&self, session: &str) -> Vec<&Value> {
         self.seen
             .iter()
             .filter(|m| m["method"] == "session/update" && m["params"]["sessionId"] == session)
@@ -388,13 +393,13 @@ impl Driver {
     }
 
     /// Closes stdin and waits for the agent to exit.
-    fn close(mut self) -> std::process::ExitStatus {
+    pub(crate) fn close(mut self) -> std::process::ExitStatus {
         self.stdin = None;
         self.child.wait().unwrap()
     }
 }
 
-fn agent_text(updates: &[&Value]) -> String {
+pub(crate) fn agent_text(updates: &[&Value]) -> String {
     updates
         .iter()
         .filter(|u| u["sessionUpdate"] == "agent_message_chunk")

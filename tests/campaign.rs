@@ -482,7 +482,7 @@ fn campaign_aborts_at_every_failpoint_and_everything_holds_after_relaunch() {
 }
 
 /// A small, seedable generator (xorshift64*), so a failing run can be replayed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -492,13 +492,14 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
-fn seed() -> u64 {
-    std::env::var("STEWARD_TORTURE_SEED")
+/// The seed `var` names, or one from the clock (printed with every failure).
+pub(crate) fn seed(var: &str) -> u64 {
+    std::env::var(var)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -512,7 +513,7 @@ fn seed() -> u64 {
 
 #[test]
 fn campaign_random_sigkill_torture() {
-    let seed = seed();
+    let seed = seed("STEWARD_TORTURE_SEED");
     let runs: usize = std::env::var("STEWARD_TORTURE_RUNS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -425,7 +425,7 @@ fn campaign_a_full_database_fails_typed_without_corruption_and_works_once_raised
     });
     tally.check(
         "full: with a typed, readable error",
-        stderr(&full).contains("the database is full"),
+        stderr(&full).contains("the disk is full: "),
         || stderr(&full),
     );
     scenario.set_config("");

@@ -165,3 +165,25 @@ pub fn signal(pid: u32, signal: &str) {
         .unwrap();
     assert!(status.success(), "kill -{signal} {pid}");
 }
+
+/// Whether process `pid` holds a POSIX lock on the file at `path` (from
+/// `/proc/locks`). A process with a WAL-mode SQLite connection to a database holds a
+/// shared lock on it for as long as the connection is open; without it, another
+/// process's close takes itself for the last one and deletes the log (protocol §2.8).
+pub fn holds_posix_lock(pid: u32, path: &Path) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let (pid, ino) = (pid.to_string(), meta.ino().to_string());
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| {
+            // "2: POSIX  ADVISORY  READ 1234 fe:00:5678 1073741826 1073742335"
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"POSIX")
+                && fields.get(4) == Some(&pid.as_str())
+                && fields.get(5).and_then(|dev_ino| dev_ino.rsplit(':').next())
+                    == Some(ino.as_str())
+        })
+}

@@ -121,13 +121,20 @@ async fn serve(
     // The client is gone: running turns stop without writing (a question it will
     // never answer is dropped with them, not denied) and are reconciled; then the
     // requests waiting on them finish.
-    let stopped = agent.engine.shutdown().await?;
+    // However the shutdown ends (a full disk may keep it from reconciling), the
+    // requests and the forwarder are wound up, so the process exits.
+    let stopped = agent.engine.shutdown().await;
     let _ = shut_down.send(true);
-    if !stopped.is_empty() {
-        tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
+    match &stopped {
+        Ok(stopped) if !stopped.is_empty() => {
+            tracing::info!(sessions = ?stopped, "stdin closed while turns ran: reconciled for the next launch");
+        }
+        Ok(_) => {}
+        Err(error) => tracing::error!(%error, "shutting down failed"),
     }
     outbox.close_pending();
     while requests.join_next().await.is_some() {}
     forwarder.abort();
+    stopped?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow};
 use steward_engine::clock::SharedClock;
 use steward_engine::config::Config;
 use steward_engine::db::Db;
@@ -58,7 +58,7 @@ impl Context {
         let result = body(&engine).await;
         let shutdown = engine.shutdown().await;
         let value = result?;
-        shutdown?;
+        shutdown.context("shutting down")?;
         Ok(value)
     }
 }

@@ -36,9 +36,12 @@ impl Paths {
             (None, Some(dirs)) => (dirs.config_dir().join("config.toml"), false),
             (None, None) => (data_dir.join("config.toml"), false),
         };
+        let database = data_dir.join("steward.db");
         Ok(Paths {
-            database: data_dir.join("steward.db"),
-            owners: data_dir.join("owners"),
+            owners: steward_engine::owner::Owners::of_database(&database)
+                .dir()
+                .to_path_buf(),
+            database,
             data_dir,
             logs,
             config,

@@ -338,6 +338,11 @@ impl<'a, 'c> Fenced<'a, 'c> {
         self.tx
     }
 
+    /// The claim this write is fenced by.
+    pub fn claim(&self) -> &'a Claim {
+        self.claim
+    }
+
     pub fn now_ms(&self) -> i64 {
         self.now_ms
     }
@@ -484,6 +489,39 @@ pub fn delete_exact(tx: &Transaction<'_>, claim: &Claim) -> Result<()> {
             claim.epoch
         ])?;
     if n == 1 { Ok(()) } else { Err(claim.lost()) }
+}
+
+/// Quarantines a claim recovery could not even take over (its takeover fails on the
+/// row itself — an epoch at its largest value cannot grow): `recovery_error` and
+/// `expires_at = now` are set under the takeover's own guard — the row exactly as
+/// read, and expired — without touching its owner or epoch. False when the row
+/// changed since it was read (someone else took it).
+pub fn quarantine_as_read(
+    tx: &Transaction<'_>,
+    row: &ClaimRow,
+    reason: &str,
+    now_ms: i64,
+    lease_ms: i64,
+    slack_ms: i64,
+) -> Result<bool> {
+    let changed = tx
+        .prepare_cached(
+            "UPDATE session_execution SET recovery_error = ?5, expires_at = ?6
+             WHERE id = ?1 AND session_id = ?2 AND owner_id = ?3 AND epoch = ?4
+               AND recovery_error IS NULL
+               AND (typeof(expires_at) != 'integer' OR expires_at <= ?6 OR expires_at > ?6 + ?7 + ?8)",
+        )?
+        .execute(params![
+            row.id,
+            row.session_id,
+            row.owner_id,
+            row.epoch,
+            reason,
+            now_ms,
+            lease_ms,
+            slack_ms
+        ])?;
+    Ok(changed == 1)
 }
 
 /// Takeover for recovery (protocol §5.3 step 1): the claim passes to `me` with

@@ -21,6 +21,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub struct Db {
     jobs: mpsc::Sender<Job>,
     path: Option<PathBuf>,
+    /// Jobs that failed because the store itself did ([`Error::is_store_failure`]):
+    /// what the background loop backs off on.
+    store_failures: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Db {
@@ -56,7 +59,18 @@ impl Db {
                 }
             })
             .expect("spawn the database writer thread");
-        Db { jobs, path }
+        Db {
+            jobs,
+            path,
+            store_failures: Default::default(),
+        }
+    }
+
+    /// How many jobs so far failed because the store itself did (a full disk, I/O):
+    /// a counter that only grows.
+    pub fn store_failures(&self) -> u64 {
+        self.store_failures
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The database file, when it is one (not in memory).
@@ -78,8 +92,14 @@ impl Db {
         self.jobs
             .send(job)
             .map_err(|_| Error::Invalid("the database writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| Error::Invalid("the database writer dropped a job".into()))?
+        let result = rx
+            .await
+            .map_err(|_| Error::Invalid("the database writer dropped a job".into()))?;
+        if result.as_ref().is_err_and(Error::is_store_failure) {
+            self.store_failures
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        result
     }
 
     /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`) on the writer thread

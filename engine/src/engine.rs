@@ -141,9 +141,8 @@ impl ExpiredClaims for Recoverer {
                 .services
                 .db
                 .read(move |conn| {
-                    Ok(crate::owner::get(conn, &owner_id)?.is_some_and(|owner| {
-                        crate::owner::probe(&owners, &owner) == crate::owner::Liveness::Dead
-                    }))
+                    Ok(crate::owner::liveness(conn, &owners, &owner_id)?
+                        == crate::owner::Liveness::Dead)
                 })
                 .await;
             match dead {
@@ -178,6 +177,7 @@ impl Engine {
             provider: options.provider,
             tools: options.tools,
             permission: options.permission,
+            always: Arc::default(),
             events,
             stats: Arc::new(Mutex::new(RunnerStats::default())),
         };
@@ -502,6 +502,13 @@ impl Engine {
             .db
             .write(move |tx| inspector::discard(tx, &id, clock.now_ms()))
             .await
+    }
+
+    /// Lets `tool` run without asking in every session from now on, as if it were
+    /// in `tools.allow` (what the terminal interface does when the user saves it
+    /// there). Never covers a guarded path.
+    pub fn allow_everywhere(&self, tool: &str) {
+        self.services.always.everywhere(tool);
     }
 
     /// Cancels the session's running execution (the user's Ctrl-C, Esc or ACP

@@ -118,15 +118,34 @@ impl Error {
     }
 }
 
+/// What SQLite says when there is no room: a full disk, the `max_page_count`
+/// limit, or no room to grow the shared-memory index (`-shm`), which SQLite reports
+/// as an I/O error.
+pub(crate) fn no_room(error: &rusqlite::Error) -> Option<String> {
+    let rusqlite::Error::SqliteFailure(failure, message) = error else {
+        return None;
+    };
+    match failure.code {
+        rusqlite::ErrorCode::DiskFull => Some(
+            message
+                .clone()
+                .unwrap_or_else(|| "database or disk is full".into()),
+        ),
+        _ if failure.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE => {
+            Some("no room to grow the shared-memory index (the -shm file)".into())
+        }
+        _ => None,
+    }
+}
+
 impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode;
+        if let Some(reason) = no_room(&error) {
+            return Error::StoreFull(reason);
+        }
         match error.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::StoreBusy,
-            Some(ErrorCode::DiskFull) => Error::StoreFull(match &error {
-                rusqlite::Error::SqliteFailure(_, Some(message)) => message.clone(),
-                _ => "database or disk is full".into(),
-            }),
             _ => Error::Sqlite(error),
         }
     }

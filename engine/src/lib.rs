@@ -68,6 +68,8 @@ pub mod doorbell;
 #[doc(hidden)]
 pub mod failpoint;
 #[doc(hidden)]
+pub mod host;
+#[doc(hidden)]
 pub mod ids;
 #[doc(hidden)]
 pub mod inspector;

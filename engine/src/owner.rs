@@ -32,6 +32,17 @@ impl Owners {
         Owners { dir: dir.into() }
     }
 
+    /// The lock files of the data directory that holds `database`:
+    /// `<data dir>/owners`, the one place the directory is derived from a database.
+    pub fn of_database(database: &Path) -> Owners {
+        Owners::new(
+            database
+                .parent()
+                .map(|dir| dir.join("owners"))
+                .unwrap_or_else(|| PathBuf::from("owners")),
+        )
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -72,6 +83,23 @@ pub struct OwnerRow {
     pub hostname: String,
     pub time_started: i64,
     pub lock_path: Option<String>,
+    /// The machine it ran on (`/etc/machine-id`), when it was recorded.
+    pub machine_id: Option<String>,
+    /// The boot it ran in, when it was recorded: its lock proves something only
+    /// within that boot.
+    pub boot_id: Option<String>,
+}
+
+impl OwnerRow {
+    /// Whether it ran in this boot of this machine: only then can its lock prove
+    /// it dead or alive. A row of another machine or an earlier boot — a data
+    /// directory copied here, restored from a backup, or left by a power cut — or
+    /// one written by a build that did not record its boot, cannot be proven
+    /// anything; its claims are recovered once their leases run out.
+    pub fn is_of_this_boot(&self) -> bool {
+        let boot = crate::host::boot_id();
+        !boot.is_empty() && self.boot_id.as_deref() == Some(boot.as_str())
+    }
 }
 
 /// What the lock probe can prove about an owner.
@@ -102,12 +130,15 @@ impl Owner {
 
     /// The row that records this owner, started at `now_ms`.
     pub fn row(&self, now_ms: i64) -> OwnerRow {
+        let known = |id: String| (!id.is_empty()).then_some(id);
         OwnerRow {
             id: self.id.clone(),
             pid: i64::from(self.pid),
             hostname: self.hostname.clone(),
             time_started: now_ms,
             lock_path: Some(self.lock_path.to_string_lossy().into_owned()),
+            machine_id: known(crate::host::machine_id()),
+            boot_id: known(crate::host::boot_id()),
         }
     }
 
@@ -169,8 +200,17 @@ impl Owner {
 /// Records an owner's row (the second half of [`Owner::register`]).
 pub fn insert(tx: &Transaction<'_>, row: &OwnerRow) -> Result<()> {
     tx.execute(
-        "INSERT INTO owner (id, pid, hostname, time_started, lock_path) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![row.id, row.pid, row.hostname, row.time_started, row.lock_path],
+        "INSERT INTO owner (id, pid, hostname, time_started, lock_path, machine_id, boot_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            row.id,
+            row.pid,
+            row.hostname,
+            row.time_started,
+            row.lock_path,
+            row.machine_id,
+            row.boot_id
+        ],
     )?;
     Ok(())
 }
@@ -189,33 +229,45 @@ pub fn unregister(conn: &mut Connection, owner_id: &str, lock_path: &Path) -> Re
 pub(crate) fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
     use crate::claim::{integer, text};
     use rusqlite::types::Value;
+    let optional = |v: Value| match v {
+        Value::Null => None,
+        other => Some(text(other)),
+    };
     Ok(OwnerRow {
         id: text(r.get(0)?),
         pid: integer(&r.get::<_, Value>(1)?).unwrap_or(0),
         hostname: text(r.get(2)?),
         time_started: integer(&r.get::<_, Value>(3)?).unwrap_or(0),
-        lock_path: match r.get::<_, Value>(4)? {
-            Value::Null => None,
-            other => Some(text(other)),
-        },
+        lock_path: optional(r.get(4)?),
+        machine_id: optional(r.get(5)?),
+        boot_id: optional(r.get(6)?),
     })
 }
 
+/// The columns [`owner_row`] reads, in order.
+pub(crate) const OWNER_COLUMNS: &str =
+    "id, pid, hostname, time_started, lock_path, machine_id, boot_id";
+
 /// Every owner row.
 pub fn all(conn: &Connection) -> Result<Vec<OwnerRow>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, pid, hostname, time_started, lock_path FROM owner ORDER BY time_started, id",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {OWNER_COLUMNS} FROM owner ORDER BY time_started, id"
+    ))?;
     let rows = stmt.query_map([], owner_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
 pub fn get(conn: &Connection, id: &str) -> Result<Option<OwnerRow>> {
     use rusqlite::OptionalExtension;
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, pid, hostname, time_started, lock_path FROM owner WHERE id = ?1",
-    )?;
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {OWNER_COLUMNS} FROM owner WHERE id = ?1"))?;
     Ok(stmt.query_row([id], owner_row).optional()?)
+}
+
+/// What the lock probe proves about the owner `owner_id` (protocol §4.11):
+/// [`Liveness::Unknown`] when there is no such row.
+pub fn liveness(conn: &Connection, owners: &Owners, owner_id: &str) -> Result<Liveness> {
+    Ok(get(conn, owner_id)?.map_or(Liveness::Unknown, |row| probe(owners, &row)))
 }
 
 /// Deletes the owner row if it holds no claim that could still run or be
@@ -231,12 +283,13 @@ pub fn remove_if_idle(tx: &Transaction<'_>, owner_id: &str) -> Result<bool> {
     Ok(n == 1)
 }
 
-/// Is `owner` provably dead? Only an owner of this host whose lock file (derived
-/// from its id, under `owners`) exists and can be locked is. Never says `Dead` for a
-/// live process. Opens the lock file read-only, never creates it, and follows no
-/// symbolic link.
+/// Is `owner` provably dead? Only an owner of this boot of this machine
+/// ([`OwnerRow::is_of_this_boot`] — a host name proves nothing: clones share one)
+/// whose lock file (derived from its id, under `owners`) exists and can be locked
+/// is. Never says `Dead` for a live process. Opens the lock file read-only, never
+/// creates it, and follows no symbolic link.
 pub fn probe(owners: &Owners, owner: &OwnerRow) -> Liveness {
-    if owner.hostname != hostname() {
+    if !owner.is_of_this_boot() {
         return Liveness::Unknown;
     }
     let Some(path) = owners.lock_path(&owner.id) else {
@@ -282,24 +335,28 @@ pub fn forget_dead(tx: &Transaction<'_>, owners: &Owners, owner: &OwnerRow) -> R
     Ok(removed)
 }
 
-/// This machine's host name.
-pub fn hostname() -> String {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        let mut buf = [0u8; 256];
-        // SAFETY: `buf` is valid for `buf.len()` bytes; gethostname NUL-terminates
-        // within that length on success.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-        if rc == 0 {
-            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-            String::from_utf8_lossy(&buf[..end]).into_owned()
-        } else {
-            "localhost".into()
+/// Removes an owner of another machine or boot once it holds no claim (its claims
+/// were recovered when their leases ran out): its row, and its lock file here when
+/// nothing of this boot holds it.
+pub fn forget_elsewhere(tx: &Transaction<'_>, owners: &Owners, owner: &OwnerRow) -> Result<bool> {
+    if owner.is_of_this_boot() {
+        return Ok(false);
+    }
+    let removed = remove_if_idle(tx, &owner.id)?;
+    if removed && let Some(path) = owners.lock_path(&owner.id) {
+        let free = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .is_ok_and(|f| f.try_lock().is_ok());
+        if free {
+            let _ = std::fs::remove_file(path);
         }
-    })
-    .clone()
+    }
+    Ok(removed)
 }
+
+pub use crate::host::hostname;
 
 #[cfg(test)]
 mod tests {
@@ -312,6 +369,7 @@ mod tests {
         Store::open_in_memory(&ManualClock::new(0)).unwrap()
     }
 
+    /// A row of this boot of this machine.
     fn row(id: &str, hostname: String, lock_path: Option<&Path>) -> OwnerRow {
         OwnerRow {
             id: id.into(),
@@ -319,6 +377,8 @@ mod tests {
             hostname,
             time_started: 0,
             lock_path: lock_path.map(|p| p.to_string_lossy().into_owned()),
+            machine_id: Some(crate::host::machine_id()),
+            boot_id: Some(crate::host::boot_id()),
         }
     }
 
@@ -337,6 +397,8 @@ mod tests {
                 hostname: hostname(),
                 time_started: 5,
                 lock_path: Some(owner.lock_path.to_string_lossy().into_owned()),
+                machine_id: Some(crate::host::machine_id()).filter(|m| !m.is_empty()),
+                boot_id: Some(crate::host::boot_id()),
             }]
         );
         assert_eq!(Some(owner.lock_path.clone()), owners.lock_path(&owner.id));
@@ -357,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn r4_11_only_a_lockable_lock_file_on_this_host_proves_death() {
+    fn r4_11_only_a_lockable_lock_file_of_this_boot_proves_death() {
         let dir = tempfile::tempdir().unwrap();
         let owners = Owners::new(dir.path());
         std::fs::write(dir.path().join("own_dead.lock"), b"").unwrap();
@@ -365,13 +427,21 @@ mod tests {
             probe(&owners, &row("own_dead", hostname(), None)),
             Liveness::Dead
         );
-        assert_eq!(
-            probe(
-                &owners,
-                &row("own_dead", format!("{}-elsewhere", hostname()), None)
-            ),
-            Liveness::Unknown
-        );
+        // The same host name on another machine (a clone, a container of another
+        // kernel), or an earlier boot: its lock proves nothing here.
+        let elsewhere = OwnerRow {
+            boot_id: Some("another-boot".into()),
+            ..row("own_dead", hostname(), None)
+        };
+        assert_eq!(probe(&owners, &elsewhere), Liveness::Unknown);
+        assert!(!elsewhere.is_of_this_boot());
+        // A row an older build wrote records no boot at all.
+        let unrecorded = OwnerRow {
+            boot_id: None,
+            machine_id: None,
+            ..row("own_dead", hostname(), None)
+        };
+        assert_eq!(probe(&owners, &unrecorded), Liveness::Unknown);
         assert_eq!(
             probe(&owners, &row("own_gone", hostname(), None)),
             Liveness::Unknown
@@ -394,8 +464,12 @@ mod tests {
         store
             .conn()
             .execute(
-                "INSERT INTO owner VALUES ('own_x', 1, ?1, 0, ?2)",
-                rusqlite::params![hostname(), users_file.to_string_lossy()],
+                "INSERT INTO owner VALUES ('own_x', 1, ?1, 0, ?2, NULL, ?3)",
+                rusqlite::params![
+                    hostname(),
+                    users_file.to_string_lossy(),
+                    crate::host::boot_id()
+                ],
             )
             .unwrap();
         assert!(
@@ -455,7 +529,7 @@ mod tests {
             .conn()
             .execute_batch(
                 "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0), ('ses_2', 't', '/', 0, 0);
-                 INSERT INTO owner VALUES ('own_dead', 1, 'h', 0, NULL);
+                 INSERT INTO owner VALUES ('own_dead', 1, 'h', 0, NULL, NULL, NULL);
                  INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
                      VALUES ('exe_1', 'ses_1', 'own_dead', 'ready', 0, 50000),
                             ('exe_2', 'ses_2', 'own_live', 'ready', 0, 50000);",
@@ -503,7 +577,7 @@ mod release_tests {
             .conn()
             .execute_batch(
                 "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0);
-                 INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL);
+                 INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL, NULL, NULL);
                  INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at, recovery_error)
                      VALUES ('exe_1', 'ses_1', 'own_me', 'ready', 0, 0, 'expires_at lies ahead');",
             )
@@ -512,7 +586,7 @@ mod release_tests {
         store
             .conn()
             .execute_batch(
-                "INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL);
+                "INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL, NULL, NULL);
                  UPDATE session_execution SET recovery_error = NULL;",
             )
             .unwrap();

@@ -277,10 +277,14 @@ pub fn expire_dead_owners(
     Ok(dead)
 }
 
-/// Removes dead owners that hold no claim any more, with their lock files.
+/// Removes the owners that hold no claim any more and are gone — proven dead, or
+/// of another machine or boot — with their lock files.
 pub fn forget_dead_owners(tx: &Transaction<'_>, owners: &Owners, dead: &[OwnerRow]) -> Result<()> {
     for owner in dead {
         owner::forget_dead(tx, owners, owner)?;
+    }
+    for owner in owner::all(tx)? {
+        owner::forget_elsewhere(tx, owners, &owner)?;
     }
     Ok(())
 }
@@ -394,7 +398,13 @@ fn attempt(
                 let reason = format!("recovery failed: {reason}");
                 tracing::warn!(execution = %row.id, %reason, "quarantining a claim");
                 outcomes.push(match quarantine_row(&tx, row, p, now_ms, &reason)? {
-                    true => RowOutcome::Quarantined(reason, Vec::new()),
+                    // Its dead owner's tool processes must not outlive it either
+                    // (protocol §5.10).
+                    true => {
+                        let assistant = readable_assistant(&tx, row);
+                        let stopped = stops.find(&row.id, assistant.as_ref());
+                        RowOutcome::Quarantined(reason, stopped)
+                    }
                     false => RowOutcome::Skipped,
                 });
             }
@@ -745,9 +755,9 @@ fn reconcile(
     Ok((recovered, events))
 }
 
-/// Whether `owner_id` is provably alive: on this host, holding its lock.
+/// Whether `owner_id` is provably alive: of this boot, holding its lock.
 fn owner_lives(tx: &Transaction<'_>, owners: &Owners, owner_id: &str) -> Result<bool> {
-    Ok(owner::get(tx, owner_id)?.is_some_and(|o| owner::probe(owners, &o) == Liveness::Alive))
+    Ok(owner::liveness(tx, owners, owner_id)? == Liveness::Alive)
 }
 
 /// Whether any event of the session was written by this execution.
@@ -841,10 +851,11 @@ fn quarantine_row(
             Ok(done)
         }
         Err(e) => {
-            let reason = crate::store::row_failure(tx, e)?;
+            // The takeover itself fails on this row: quarantine it as it is.
+            let why = crate::store::row_failure(tx, e)?;
             tx.execute_batch("ROLLBACK TO recovery_quarantine; RELEASE recovery_quarantine")?;
-            tracing::error!(execution = %row.id, error = %reason, "could not quarantine a claim");
-            Ok(false)
+            tracing::warn!(execution = %row.id, error = %why, "a claim cannot be taken over; quarantining it as it is");
+            claim::quarantine_as_read(tx, row, reason, now_ms, p.lease_ms, p.slack_ms)
         }
     }
 }

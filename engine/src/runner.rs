@@ -46,6 +46,8 @@ pub struct Services {
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
     pub permission: Arc<dyn Permission>,
+    /// "Always allow" answers ([`crate::tools::AlwaysAllowed`]).
+    pub always: Arc<crate::tools::AlwaysAllowed>,
     pub events: broadcast::Sender<EngineEvent>,
     pub stats: Arc<Mutex<RunnerStats>>,
 }
@@ -156,14 +158,15 @@ impl Execution {
 
     /// Runs until the session is idle, the user cancels, or ownership is lost.
     pub async fn run(mut self, scope: Scope) -> Outcome {
+        let continuations = match &scope {
+            Scope::Continuations(ids) => ids.clone(),
+            Scope::Queued => Vec::new(),
+        };
         let outcome = match self.drive(scope).await {
             Ok(outcome) => outcome,
             Err(Stop::Cancelled) => self.commit_cancel().await,
             Err(Stop::Lost) => Outcome::Lost,
-            Err(Stop::Failed(e)) => {
-                tracing::error!(execution = %self.claim.execution_id, error = %e, "execution failed");
-                Outcome::Error(e.to_string())
-            }
+            Err(Stop::Failed(e)) => self.failed(e, continuations).await,
         };
         let _ = self.services.events.send(EngineEvent::Finished {
             session_id: self.claim.session_id.clone(),
@@ -312,6 +315,49 @@ impl Execution {
             .db
             .read(move |conn| rows::messages(conn, &session_id))
             .await?)
+    }
+
+    /// An execution that cannot go on (protocol §4.14). When the store failed (a full
+    /// disk), its claim stays for recovery, and the wake attempts its acquisition
+    /// counted are taken back: the store's failure is not the wake's. When a row
+    /// failed — one it cannot decode, or that breaks what the engine relies on —
+    /// trying again would only fail again: its claim is quarantined with the reason,
+    /// so the session waits for the user instead of being woken for ever.
+    async fn failed(&mut self, error: Error, continuations: Vec<String>) -> Outcome {
+        let execution = self.claim.execution_id.clone();
+        if error.is_store_failure() {
+            tracing::error!(%execution, %error, "execution stopped: the store failed");
+            if !continuations.is_empty() {
+                let uncounted = self
+                    .services
+                    .db
+                    .write(move |tx| crate::recovery::wakes::uncount_attempts(tx, &continuations))
+                    .await;
+                if let Err(e) = uncounted {
+                    tracing::warn!(%execution, error = %e, "could not take back a wake attempt");
+                }
+            }
+            return Outcome::Error(error.to_string());
+        }
+        let reason = error
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        tracing::error!(%execution, %reason, "execution stopped on a row it cannot handle: quarantining its claim");
+        let why = reason.clone();
+        match self
+            .commit(move |f| {
+                let now = f.now_ms();
+                crate::claim::quarantine(f.tx(), f.claim(), &why, now)
+            })
+            .await
+        {
+            Ok(()) => Outcome::Error(format!(
+                "{reason}; the session's claim {execution} is quarantined (`steward discard {execution}` unblocks it once the row is mended)"
+            )),
+            Err(_) => Outcome::Error(reason),
+        }
     }
 
     async fn commit_cancel(&mut self) -> Outcome {

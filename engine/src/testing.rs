@@ -41,11 +41,19 @@ impl TestDir {
     }
 
     pub fn db(&self, clock: &SharedClock) -> Db {
-        Db::start(Store::open(&self.dir.path().join("steward.db"), clock.as_ref()).unwrap())
+        Db::start(Store::open(&self.database(), clock.as_ref()).unwrap())
+    }
+
+    /// `<dir>/data/steward.db`: the data directory apart from the sessions'
+    /// directories, as a user's is (Steward's own files ask every time).
+    pub fn database(&self) -> std::path::PathBuf {
+        let data = self.dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        data.join("steward.db")
     }
 
     pub fn owners(&self) -> std::path::PathBuf {
-        self.dir.path().join("owners")
+        self.dir.path().join("data/owners")
     }
 
     pub fn work(&self) -> String {

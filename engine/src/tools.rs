@@ -12,6 +12,9 @@ pub mod command;
 pub mod fs;
 #[doc(hidden)]
 pub mod process;
+pub mod reach;
+
+pub use reach::{Guard, Guarded};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,18 +38,11 @@ pub struct ToolContext {
     /// The session's directory: the base of relative paths and the commands' cwd.
     pub directory: PathBuf,
     pub config: ToolsConfig,
-    /// The user allowed this call to reach outside the session's directory.
-    pub allow_outside: bool,
-}
-
-/// A path a file tool would touch, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located {
-    /// Absolute, with every symbolic link followed (for a path that does not exist
-    /// yet: its nearest existing ancestor's, plus the rest).
-    pub path: PathBuf,
-    /// Whether it lies inside the session's (resolved) directory.
-    pub inside: bool,
+    /// Steward's data directory: guarded like a credential location.
+    pub data_dir: Option<PathBuf>,
+    /// The guarded path the user allowed this call to touch, exactly as it was
+    /// resolved when they were asked ([`reach::located_for_run`]).
+    pub approved: Option<PathBuf>,
 }
 
 impl ToolContext {
@@ -61,75 +57,18 @@ impl ToolContext {
         }
     }
 
-    /// Resolves `path` on the file system (after symbolic links, dangling ones
-    /// included) and says whether it lies inside the session's directory. A path that
-    /// does not exist yet may not climb out with `..` past its existing part.
-    ///
-    /// A session directory of `/` or the home directory itself is no boundary at all
-    /// (a copied or damaged database could say so): there, everything counts as
-    /// outside and asks.
-    pub fn locate(&self, path: &str) -> Result<Located, String> {
-        let path = real_path(&self.resolve(path), 0)?;
-        let base =
-            std::fs::canonicalize(&self.directory).unwrap_or_else(|_| self.directory.clone());
-        let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
-        let boundless = base.parent().is_none() || home.as_deref() == Some(base.as_path());
-        Ok(Located {
-            inside: !boundless && path.starts_with(&base),
-            path,
-        })
+    /// Locates `path` ([`reach::locate`]).
+    pub fn locate(&self, path: &str) -> Result<reach::Located, String> {
+        reach::locate(self, path)
     }
 }
 
-/// `wanted` with every symbolic link followed: the real path of its longest existing
-/// part, plus the rest. A dangling link is followed to where it points, so a write
-/// through it is judged by where it would land.
-fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
-    const MAX_LINKS: usize = 16;
-    if depth > MAX_LINKS {
-        return Err(format!("{}: too many symbolic links", wanted.display()));
-    }
-    let mut existing = wanted;
-    let mut rest = Vec::new();
-    let real = loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            break real;
-        }
-        if std::fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink()) {
-            let target = std::fs::read_link(existing)
-                .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
-            let target = match existing.parent() {
-                Some(parent) if target.is_relative() => parent.join(target),
-                _ => target,
-            };
-            break real_path(&target, depth + 1)?;
-        }
-        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
-            return Err(format!("cannot resolve {}", wanted.display()));
-        };
-        rest.push(name.to_os_string());
-        existing = parent;
-    };
-    if wanted.components().rev().take(rest.len()).any(|c| {
-        matches!(
-            c,
-            std::path::Component::ParentDir | std::path::Component::CurDir
-        )
-    }) {
-        return Err(format!(
-            "{} climbs with `..` through a directory that does not exist",
-            wanted.display()
-        ));
-    }
-    Ok(rest.into_iter().rev().fold(real, |p, name| p.join(name)))
-}
-
-/// What a call would touch before it runs: a path outside the session's directory
-/// needs the user's permission whatever `tools.allow` says.
+/// What a call would touch before it runs: a guarded path ([`reach`]) needs the
+/// user's permission every time, whatever `tools.allow` says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Assessment {
-    /// The resolved path outside the session's directory, if any.
-    pub outside: Option<PathBuf>,
+    /// The guarded path the call would touch, resolved, if any.
+    pub guarded: Option<Guarded>,
 }
 
 /// How a call ended.
@@ -236,23 +175,64 @@ impl ToolRegistry {
     }
 }
 
-/// A call that is not in `tools.allow`, or that reaches outside the session's
-/// directory, asks before it runs.
+/// A call that is not in `tools.allow`, or that touches a guarded path, asks before
+/// it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PermissionRequest {
     pub session_id: String,
     pub call_id: String,
     pub tool: String,
     pub input: Value,
-    /// The resolved path outside the session's directory the call would touch.
-    pub outside: Option<PathBuf>,
+    /// The guarded path the call would touch, resolved: asked about every time, so
+    /// no "always" is offered for it.
+    pub guarded: Option<Guarded>,
 }
 
 /// The answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// This call may run.
     Allow,
+    /// This call may run, and the tool runs without asking in this session for as
+    /// long as this engine runs ([`AlwaysAllowed`]). A call that touches a guarded
+    /// path is allowed once all the same: those ask every time.
+    AllowAlways,
     Deny(String),
+}
+
+/// The one rule for "always allow" answers, for every front end: a tool allowed
+/// always runs without asking in *that session* while this engine runs; a tool added
+/// to `tools.allow` while it runs (the terminal interface's "save") runs without
+/// asking everywhere. Neither ever covers a guarded path.
+#[derive(Debug, Default)]
+pub struct AlwaysAllowed {
+    sessions: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+    everywhere: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl AlwaysAllowed {
+    /// Whether `tool` runs without asking in `session` (beyond `tools.allow`).
+    pub fn allows(&self, session: &str, tool: &str) -> bool {
+        let everywhere = self.everywhere.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        everywhere.contains(tool) || sessions.contains(&(session.to_string(), tool.to_string()))
+    }
+
+    /// Remembers an "always" answer for `tool` in `session`.
+    pub fn remember(&self, session: &str, tool: &str) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((session.to_string(), tool.to_string()));
+    }
+
+    /// Lets `tool` run without asking in every session from now on.
+    pub fn everywhere(&self, tool: &str) {
+        self.everywhere
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tool.to_string());
+    }
 }
 
 /// Who answers permission requests: the TUI, an ACP client, or a headless policy.
@@ -271,11 +251,12 @@ impl Permission for Headless {
     fn decide(&self, request: PermissionRequest) -> BoxFuture<Decision> {
         let decision = if self.allow_all {
             Decision::Allow
-        } else if let Some(path) = &request.outside {
+        } else if let Some(guarded) = &request.guarded {
             Decision::Deny(format!(
-                "Permission denied: `{}` would touch {}, outside the session directory (pass --yes to allow)",
+                "Permission denied: `{}` would touch {}, {} (pass --yes to allow)",
                 request.tool,
-                path.display()
+                guarded.path.display(),
+                guarded.guard.describe()
             ))
         } else {
             Decision::Deny(format!(

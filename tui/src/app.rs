@@ -632,14 +632,16 @@ pub enum Effect {
         execution_id: String,
         from_panel: Option<usize>,
     },
+    /// Answer question `id`: allow once or always (in its session), or deny.
     Answer {
         id: u64,
         allow: bool,
+        always: bool,
     },
-    /// Allow this tool for the rest of the run (and save it to the config file).
-    AllowTool {
+    /// Add this tool to `tools.allow`: in the config file, and for every session
+    /// of this run.
+    SaveTool {
         tool: String,
-        save: bool,
     },
     /// Quit; cancel the running turns first when asked.
     Quit {

@@ -236,6 +236,8 @@ pub fn owners() -> Rows {
                 hostname: "laptop".into(),
                 time_started: NOW - 90_000,
                 lock_path: None,
+                machine_id: None,
+                boot_id: None,
             },
             Liveness::Alive,
         ),
@@ -246,6 +248,8 @@ pub fn owners() -> Rows {
                 hostname: "laptop".into(),
                 time_started: NOW - 600_000,
                 lock_path: None,
+                machine_id: None,
+                boot_id: None,
             },
             Liveness::Dead,
         ),
@@ -320,7 +324,7 @@ pub fn permission() -> PermissionRequest {
         call_id: "call_9".into(),
         tool: "write_file".into(),
         input: json!({"path": "notes.txt", "content": "remember the milk"}),
-        outside: None,
+        guarded: None,
     }
 }
 

@@ -1,12 +1,13 @@
 //! Tool permission through the screen: the engine's [`Permission`] for the TUI. A
-//! request waits for the user's answer in the permission modal; "always" answers are
-//! remembered for the rest of the run. A request nobody can answer any more (the
-//! screen is gone: the user quit) is never answered — it is not the user's denial —
-//! and the execution stops with the engine's shutdown, writing nothing.
+//! request waits for the user's answer in the permission modal; the engine remembers
+//! "always" answers (its one rule for every front end). A request nobody can answer
+//! any more (the screen is gone: the user quit) is never answered — it is not the
+//! user's denial — and the execution stops with the engine's shutdown, writing
+//! nothing.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
 use tokio::sync::{mpsc, oneshot};
@@ -23,31 +24,26 @@ pub struct Ask {
 #[derive(Debug, Clone)]
 pub struct ScreenPermission {
     asks: mpsc::UnboundedSender<Ask>,
-    always: Arc<Mutex<BTreeSet<String>>>,
     next: Arc<AtomicU64>,
 }
 
-/// The screen's side: questions to show, and the "always allow" memory.
+/// The screen's side: questions to show.
 #[derive(Debug)]
 pub struct Asks {
     pub receiver: mpsc::UnboundedReceiver<Ask>,
-    always: Arc<Mutex<BTreeSet<String>>>,
     pending: HashMap<u64, oneshot::Sender<Decision>>,
 }
 
 /// A connected pair.
 pub fn channel() -> (ScreenPermission, Asks) {
     let (asks, receiver) = mpsc::unbounded_channel();
-    let always = Arc::new(Mutex::new(BTreeSet::new()));
     (
         ScreenPermission {
             asks,
-            always: always.clone(),
             next: Arc::new(AtomicU64::new(1)),
         },
         Asks {
             receiver,
-            always,
             pending: HashMap::new(),
         },
     )
@@ -55,16 +51,6 @@ pub fn channel() -> (ScreenPermission, Asks) {
 
 impl Permission for ScreenPermission {
     fn decide(&self, request: PermissionRequest) -> BoxFuture<Decision> {
-        // "Always" covers the tool; a path outside the session asks every time.
-        let remembered = request.outside.is_none()
-            && self
-                .always
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&request.tool);
-        if remembered {
-            return Box::pin(async { Decision::Allow });
-        }
         let (answer, answered) = oneshot::channel();
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let tool = request.tool.clone();
@@ -92,22 +78,14 @@ impl Asks {
         (ask.id, ask.request)
     }
 
-    /// Answers question `id`.
-    pub fn answer(&mut self, id: u64, allow: bool) {
+    /// Answers question `id`: allowed once, always (in its session), or denied.
+    pub fn answer(&mut self, id: u64, allow: bool, always: bool) {
         if let Some(answer) = self.pending.remove(&id) {
-            let _ = answer.send(if allow {
-                Decision::Allow
-            } else {
-                Decision::Deny("Permission denied by the user".into())
+            let _ = answer.send(match (allow, always) {
+                (true, true) => Decision::AllowAlways,
+                (true, false) => Decision::Allow,
+                (false, _) => Decision::Deny("Permission denied by the user".into()),
             });
         }
-    }
-
-    /// Allows `tool` without asking for the rest of the run.
-    pub fn allow_always(&self, tool: &str) {
-        self.always
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tool.to_string());
     }
 }

@@ -282,16 +282,14 @@ impl EventLoop {
                     });
                 });
             }
-            Effect::Answer { id, allow } => {
+            Effect::Answer { id, allow, always } => {
                 if let Some(asks) = &mut self.asks {
-                    asks.answer(id, allow);
+                    asks.answer(id, allow, always);
                 }
             }
-            Effect::AllowTool { tool, save } => {
-                if let Some(asks) = &self.asks {
-                    asks.allow_always(&tool);
-                }
-                if save && self.engine.is_some() {
+            Effect::SaveTool { tool } => {
+                if let Some(engine) = &self.engine {
+                    engine.allow_everywhere(&tool);
                     // File work, off the event loop.
                     let (path, inbox) = (self.options.config_path.clone(), self.inbox.clone());
                     tokio::task::spawn_blocking(move || {

@@ -1126,11 +1126,10 @@ fn not_applicable(app: &App, act: Act) -> Option<String> {
 
 fn answer(app: &mut App, action: KeyAction) -> Vec<Effect> {
     if matches!(action, KeyAction::AllowAlways | KeyAction::AllowAndSave)
-        && matches!(app.overlay.last(), Some(Overlay::Permission { request, .. }) if request.outside.is_some())
+        && matches!(app.overlay.last(), Some(Overlay::Permission { request, .. }) if request.guarded.is_some())
     {
         app.status = Some(
-            "a call outside the session's directory is asked about every time: y allows it once"
-                .into(),
+            "a call that touches this path is asked about every time: y allows it once".into(),
         );
         return Vec::new();
     }
@@ -1138,14 +1137,12 @@ fn answer(app: &mut App, action: KeyAction) -> Vec<Effect> {
         return Vec::new();
     };
     let allow = action != KeyAction::Deny;
+    let always = matches!(action, KeyAction::AllowAlways | KeyAction::AllowAndSave);
     let mut effects = Vec::new();
-    if matches!(action, KeyAction::AllowAlways | KeyAction::AllowAndSave) {
-        effects.push(Effect::AllowTool {
-            tool: request.tool,
-            save: action == KeyAction::AllowAndSave,
-        });
+    if action == KeyAction::AllowAndSave {
+        effects.push(Effect::SaveTool { tool: request.tool });
     }
-    effects.push(Effect::Answer { id, allow });
+    effects.push(Effect::Answer { id, allow, always });
     effects
 }
 

@@ -545,30 +545,28 @@ impl Permission for ClientPermission {
             if !views.is_open(&session) {
                 return denied("the session is not open in the client");
             }
-            if request.outside.is_none() && views.always_allowed(&session, &request.tool) {
-                return Decision::Allow;
-            }
             let mut fields = ToolCallUpdateFields::new()
                 .title(updates::title(&request.tool, &request.input))
                 .kind(updates::kind(&request.tool))
                 .status(ToolCallStatus::Pending)
                 .raw_input(request.input.clone());
-            if let Some(path) = &request.outside {
+            if let Some(guarded) = &request.guarded {
                 fields = fields.content(vec![
                     agent_client_protocol_schema::v1::ToolCallContent::from(format!(
-                        "It reaches outside the session directory: {}",
-                        path.display()
+                        "It touches {}, {}: asked every time.",
+                        guarded.path.display(),
+                        guarded.guard.describe()
                     )),
                 ]);
             }
-            // A call reaching outside the session's directory asks every time: no
-            // "always" is offered for it.
+            // A call that touches a guarded path asks every time: no "always" is
+            // offered for it (and an "always" answer allows it once).
             let mut options = vec![PermissionOption::new(
                 "allow_once",
                 "Allow once",
                 PermissionOptionKind::AllowOnce,
             )];
-            if request.outside.is_none() {
+            if request.guarded.is_none() {
                 options.push(PermissionOption::new(
                     "allow_always",
                     format!("Always allow {} in this session", request.tool),
@@ -597,12 +595,7 @@ impl Permission for ClientPermission {
                             RequestPermissionOutcome::Selected(selected) => {
                                 match &*selected.option_id.0 {
                                     "allow_once" => Decision::Allow,
-                                    "allow_always" => {
-                                        if request.outside.is_none() {
-                                            views.allow_always(&session, &request.tool);
-                                        }
-                                        Decision::Allow
-                                    }
+                                    "allow_always" => Decision::AllowAlways,
                                     _ => denied("the user rejected the call"),
                                 }
                             }
@@ -675,13 +668,17 @@ mod turn_tests {
         let mut config = config;
         config.provider.script = Some(script_path);
         let clock = steward_engine::clock::SystemClock::shared();
-        let database = dir.path().join("steward.db");
+        // The data directory apart from the sessions' directories (Steward's own
+        // files ask every time).
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let database = data.join("steward.db");
         let (out, received) = tokio::sync::mpsc::unbounded_channel();
         let outbox = Outbox::new(out);
         let (views, forwarding) = Views::new(outbox.clone());
         let engine = Engine::start(EngineOptions {
             db: Db::open(&database, clock.as_ref()).unwrap(),
-            owners_dir: dir.path().join("owners"),
+            owners_dir: data.join("owners"),
             clock,
             provider: steward_engine::provider::from_config(&config.provider).unwrap(),
             config,
@@ -712,7 +709,7 @@ mod turn_tests {
             views,
             shut_down,
             database,
-            owners: dir.path().join("owners"),
+            owners: data.join("owners"),
             reader: std::sync::Mutex::new(None),
         };
         (Arc::new(agent), received)

@@ -8,7 +8,7 @@
 //! forwarder ([`Views::barrier`]), so they never overtake the updates that come
 //! before them.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -77,8 +77,6 @@ struct View {
     held: Vec<Arrived>,
     stream: Stream,
     turn: Option<Arc<Turn>>,
-    /// Tools the user allowed for the rest of the session ("Always allow").
-    always: BTreeSet<String>,
     /// The client was sent the session (created, or a load finished).
     opened: bool,
     /// Prompts the client sent that were not promoted yet, with how many agent
@@ -252,19 +250,6 @@ impl Views {
                 true
             }
             None => false,
-        }
-    }
-
-    /// Whether the user allowed `tool` for the rest of the session.
-    pub fn always_allowed(&self, session: &str, tool: &str) -> bool {
-        self.lock()
-            .get(session)
-            .is_some_and(|v| v.always.contains(tool))
-    }
-
-    pub fn allow_always(&self, session: &str, tool: &str) {
-        if let Some(view) = self.lock().get_mut(session) {
-            view.always.insert(tool.to_string());
         }
     }
 

@@ -1,6 +1,7 @@
 //! `steward recover [--json] [--no-wake]`: one recovery pass now; then the durable
 //! wakes it finds are redriven and their sessions run until idle (progress on
-//! stderr), unless `--no-wake`; then the report.
+//! stderr), unless `--no-wake`; then the report. Exit 1 when the pass failed (a full
+//! disk) or a woken session did not finish.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -41,9 +42,14 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
             }
             for session in &redrive.sessions {
                 let outcome = engine.wait_idle(session).await;
+                // Another process running the session (it took the wake first) is
+                // not a failure of the wake.
                 let ok = matches!(
                     outcome,
-                    Some(SessionOutcome::Ran(Outcome::Idle | Outcome::Failed(_)))
+                    Some(
+                        SessionOutcome::Ran(Outcome::Idle | Outcome::Failed(_))
+                            | SessionOutcome::Busy { .. }
+                    )
                 );
                 if !ok {
                     report.wakes.failed += 1;
@@ -60,6 +66,16 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 report.wakes.failed,
                 report.wakes.quarantined
             );
+        }
+        // A wake that did not run to its end (a full disk, a session held
+        // elsewhere) stays pending: say so in the exit code too.
+        if report.wakes.failed > 0 {
+            eprintln!(
+                "steward: {} woken session{} did not finish (see above)",
+                report.wakes.failed,
+                if report.wakes.failed == 1 { "" } else { "s" },
+            );
+            return Ok(ExitCode::FAILURE);
         }
         Ok(ExitCode::SUCCESS)
     }))

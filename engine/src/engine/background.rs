@@ -140,8 +140,8 @@ impl Due {
         self.db
             .read(move |conn| {
                 for id in &others {
-                    if let Some(owner) = crate::owner::get(conn, id)?
-                        && crate::owner::probe(&lock_files, &owner) == crate::owner::Liveness::Dead
+                    if crate::owner::liveness(conn, &lock_files, id)?
+                        == crate::owner::Liveness::Dead
                     {
                         return Ok(true);
                     }
@@ -155,32 +155,37 @@ impl Due {
 impl Loop {
     async fn run(self, stop: CancellationToken) {
         let mut failed: u32 = 0;
+        let mut seen = self.due.db.store_failures();
         loop {
-            match self.tick().await {
-                Ok(()) => failed = 0,
-                Err(e) => {
-                    failed = failed.saturating_add(1);
-                    tracing::error!(error = %e, attempt = failed, "background recovery failed");
+            let ticked = self.tick().await;
+            if let Err(e) = &ticked {
+                tracing::error!(error = %e, attempt = failed + 1, "background recovery failed");
+            }
+            if ticked.is_ok() {
+                let wait = self.next_wait().await;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = self.bell.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
-            if failed > 0 {
-                // A pass that failed (a full disk) is retried after a pause that
-                // doubles up to the fallback poll, whatever rings meanwhile: its own
-                // failed writes ring the doorbell, and a due claim would otherwise
-                // make it retry at once, for ever.
+            // A pass that failed, or a store that failed since the last look (the
+            // wakes a pass started met a full disk), is retried after a pause that
+            // doubles up to the fallback poll, whatever rings meanwhile: failed
+            // writes ring the doorbell too, and a due claim or wake would otherwise
+            // make it retry at once, for ever.
+            let failures = self.due.db.store_failures();
+            if ticked.is_err() || failures != seen {
+                failed = failed.saturating_add(1);
                 let pause = RETRY.saturating_mul(1 << (failed - 1).min(8)).min(POLL);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(pause) => {}
                 }
-                continue;
+            } else {
+                failed = 0;
             }
-            let wait = self.next_wait().await;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = self.bell.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
-            }
+            seen = failures;
         }
     }
 
@@ -215,7 +220,20 @@ impl Loop {
     /// nothing is written.
     async fn tick(&self) -> crate::Result<()> {
         if self.due.now().await? {
-            self.recoverer.pass().await?;
+            let report = self.recoverer.pass().await?;
+            // Due, yet nothing could be taken (every row raced or was held): not a
+            // reason to look again at once.
+            let moved = report.recovered.len()
+                + report.quarantined.len()
+                + report.discarded_safe
+                + report.discarded_empty
+                + report.superseded;
+            if report.scanned > 0 && moved == 0 {
+                return Err(crate::Error::Invalid(format!(
+                    "a recovery pass found {} claims due and could take none",
+                    report.scanned
+                )));
+            }
         }
         let only = match &self.redriving {
             Redriving::Nothing => return Ok(()),

@@ -25,7 +25,7 @@ fn yes() -> Arc<Headless> {
 /// A database with one execution interrupted `ago_ms` ago (owner unknown).
 fn crashed_db(dir: &TestDir, session: &str, stage: Stage, ago_ms: i64) -> String {
     let clock = SystemClock::new();
-    let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+    let mut store = Store::open(&dir.database(), &clock).unwrap();
     interrupted(&mut store, session, stage, clock.now_ms() - ago_ms)
 }
 
@@ -259,7 +259,7 @@ async fn r4_inputs_admitted_by_another_process_are_picked_up() {
     let session = engine.create_session("t", &dir.work()).await.unwrap();
     engine.start_background(crate::engine::Redriving::DueWakes);
     // Another process admits an input and dies before waking anything.
-    let mut other = Store::open(&dir.dir.path().join("steward.db"), &SystemClock::new()).unwrap();
+    let mut other = Store::open(&dir.database(), &SystemClock::new()).unwrap();
     let now = SystemClock::new().now_ms();
     other
         .write(|tx| sessions::admit(tx, &session.id, "from elsewhere", Delivery::Queue, now))
@@ -351,7 +351,7 @@ async fn r4_10_a_clock_jump_backward_does_not_delay_recovery_of_a_dead_owner() {
     {
         // An owner on this host that held a claim and died (its lock is free again).
         let clock = ManualClock::new(t0);
-        let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+        let mut store = Store::open(&dir.database(), &clock).unwrap();
         let owner = store
             .write(|tx| {
                 crate::owner::Owner::register(tx, &crate::owner::Owners::new(dir.owners()), t0)
@@ -588,7 +588,7 @@ async fn r4_3_a_live_claim_of_a_provably_dead_owner_is_reconciled_at_once_not_re
     let dir = TestDir::new();
     let clock = SystemClock::new();
     {
-        let mut store = Store::open(&dir.dir.path().join("steward.db"), &clock).unwrap();
+        let mut store = Store::open(&dir.database(), &clock).unwrap();
         // Its lock file exists and nobody holds it: the process is gone, but the
         // lease (30 s from now) has not run out.
         std::fs::create_dir_all(dir.owners()).unwrap();
@@ -596,11 +596,12 @@ async fn r4_3_a_live_claim_of_a_provably_dead_owner_is_reconciled_at_once_not_re
         store
             .conn()
             .execute(
-                "INSERT INTO owner VALUES ('own_gone', 1, ?1, ?2, ?3)",
+                "INSERT INTO owner VALUES ('own_gone', 1, ?1, ?2, ?3, NULL, ?4)",
                 rusqlite::params![
                     crate::owner::hostname(),
                     clock.now_ms(),
-                    dir.owners().join("own_gone.lock").to_string_lossy()
+                    dir.owners().join("own_gone.lock").to_string_lossy(),
+                    crate::host::boot_id()
                 ],
             )
             .unwrap();
@@ -687,5 +688,190 @@ async fn r4_14_a_first_prompt_refused_on_a_full_disk_leaves_no_session_behind_in
         engine.wait_idle(&session.id).await,
         Some(SessionOutcome::Ran(Outcome::Idle))
     );
+    engine.shutdown().await.unwrap();
+}
+
+/// Caps the database at the pages it has, then fills the last page of the message
+/// table (with rows of a session of its own): the next message written needs a page
+/// it cannot have, as on a full disk.
+async fn fill_message_pages(engine: &Engine) {
+    engine
+        .db()
+        .with_conn(|conn| {
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            conn.execute(
+                "INSERT INTO session VALUES ('ses_pad', 'pad', '/', 0, 0)",
+                [],
+            )?;
+            let mut n = 0;
+            for size in [2_000, 500, 100, 20, 1] {
+                loop {
+                    n += 1;
+                    let inserted = conn.execute(
+                        "INSERT INTO session_message VALUES (?1, 'ses_pad', 'user', ?2, 0, 0, ?3)",
+                        rusqlite::params![format!("msg_pad_{n:06}"), n, "x".repeat(size)],
+                    );
+                    if inserted.is_err() {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_7_a_full_disk_never_quarantines_a_recovery_wake_and_the_wake_runs_once_there_is_room() {
+    let dir = TestDir::new();
+    let exe = crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("carrying on")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    assert_eq!(engine.recover().await.unwrap().recovered.len(), 1);
+    fill_message_pages(&engine).await;
+    // More tries than the attempts that quarantine a wake.
+    for _ in 0..(crate::recovery::WAKE_ATTEMPTS_MAX + 2) {
+        engine.redrive_wakes().await.unwrap();
+        let outcome = engine.wait_idle("ses_1").await;
+        assert!(
+            matches!(&outcome, Some(SessionOutcome::Ran(Outcome::Error(m)) | SessionOutcome::Error(m)) if m.starts_with("the disk is full")),
+            "{outcome:?}"
+        );
+    }
+    let id = exe.clone();
+    let row = engine
+        .db()
+        .read(move |c| crate::inspect::recoveries_of(c, &id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            row.recovery_error.as_deref(),
+            row.wake_attempts,
+            row.wake_pending
+        ),
+        (None, 0, true),
+        "the disk's failure was counted against the wake"
+    );
+    assert_eq!(provider.count(), 0);
+    engine
+        .db()
+        .with_conn(|conn| {
+            conn.query_row("PRAGMA max_page_count = 1000000", [], |r| {
+                r.get::<_, i64>(0)
+            })?;
+            conn.execute_batch(
+                "DELETE FROM session_message WHERE session_id = 'ses_pad';
+                 DELETE FROM session WHERE id = 'ses_pad';",
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // The claims the failed tries left are recovery's; then the wake runs, once.
+    engine.recover().await.unwrap();
+    engine.redrive_wakes().await.unwrap();
+    assert_eq!(
+        engine.wait_idle("ses_1").await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert_eq!(provider.count(), 1);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_14_an_input_that_cannot_be_read_quarantines_its_session_once_and_nothing_spins() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("answer")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let input = engine
+        .admit(&session.id, "hello", Delivery::Admit)
+        .await
+        .unwrap();
+    // A damaged row: waiting for a wake, past what its CHECK constraint allows.
+    let id = input.id.clone();
+    engine
+        .db()
+        .with_conn(move |conn| {
+            conn.execute_batch("PRAGMA ignore_check_constraints = ON")?;
+            conn.execute(
+                "UPDATE session_input SET delivery = 'bogus', wake_pending = 1 WHERE id = ?1",
+                [&id],
+            )?;
+            conn.execute_batch("PRAGMA ignore_check_constraints = OFF")?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    engine.redrive_wakes().await.unwrap();
+    let outcome = engine.wait_idle(&session.id).await;
+    assert!(
+        matches!(&outcome, Some(SessionOutcome::Ran(Outcome::Error(m))) if m.contains("unknown delivery bogus") && m.contains("quarantined")),
+        "{outcome:?}"
+    );
+    // The session's claim waits for the user with the reason; waking it again
+    // starts nothing.
+    let s = session.id.clone();
+    let claim = engine
+        .db()
+        .read(move |c| {
+            Ok(c.query_row(
+                "SELECT recovery_error FROM session_execution WHERE session_id = ?1",
+                [&s],
+                |r| r.get::<_, Option<String>>(0),
+            )?)
+        })
+        .await
+        .unwrap();
+    assert!(
+        claim
+            .as_deref()
+            .is_some_and(|r| r.contains("unknown delivery bogus")),
+        "{claim:?}"
+    );
+    engine.redrive_wakes().await.unwrap();
+    assert!(matches!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Quarantined { .. })
+    ));
+    assert_eq!(provider.count(), 0);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r5_1_on_a_full_disk_the_background_retries_with_a_growing_pause_not_at_once() {
+    let dir = TestDir::new();
+    crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
+    let provider = FakeProvider::new(vec![Answer::text("carrying on")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    engine.recover().await.unwrap();
+    fill_message_pages(&engine).await;
+    let mut events = engine.subscribe();
+    engine.start_background(crate::engine::Redriving::DueWakes);
+    // What the loop tries in two seconds: each try starts the session once.
+    let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = {
+        let tries = tries.clone();
+        tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                if matches!(event, crate::runner::EngineEvent::Running { .. }) {
+                    tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    counting.abort();
+    let tries = tries.load(std::sync::atomic::Ordering::SeqCst);
+    // A pause of 250 ms that doubles allows a handful; retrying at once would be
+    // hundreds.
+    assert!((1..=6).contains(&tries), "{tries} tries in two seconds");
+    assert_eq!(provider.count(), 0);
     engine.shutdown().await.unwrap();
 }

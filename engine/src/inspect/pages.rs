@@ -274,9 +274,7 @@ pub fn claim_lines(
         let liveness = match probed.get(&row.owner_id) {
             Some(l) => *l,
             None => {
-                let l = owner::get(conn, &row.owner_id)?
-                    .map(|o| owner::probe(lock_files, &o))
-                    .unwrap_or(Liveness::Unknown);
+                let l = owner::liveness(conn, lock_files, &row.owner_id)?;
                 probed.insert(row.owner_id.clone(), l);
                 l
             }
@@ -378,9 +376,10 @@ pub fn owners(
 ) -> Result<Vec<(OwnerRow, Liveness)>> {
     let (bound, cmp, dir) = page.ascending();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id, pid, hostname, time_started, lock_path FROM owner
+        "SELECT {} FROM owner
          WHERE id {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR hostname LIKE ?2 ESCAPE '\\')
-         ORDER BY id {dir} LIMIT ?3"
+         ORDER BY id {dir} LIMIT ?3",
+        owner::OWNER_COLUMNS
     ))?;
     let rows = stmt.query_map(params![bound, page.like(), page.limit()], owner::owner_row)?;
     let rows = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);

@@ -242,8 +242,13 @@ fn r4_11_a_dead_owners_claims_are_recovered_at_once() {
     store
         .conn()
         .execute(
-            "INSERT INTO owner VALUES ('own_gone', 1, ?1, ?2, ?3)",
-            rusqlite::params![crate::owner::hostname(), T0, lock.to_string_lossy()],
+            "INSERT INTO owner VALUES ('own_gone', 1, ?1, ?2, ?3, NULL, ?4)",
+            rusqlite::params![
+                crate::owner::hostname(),
+                T0,
+                lock.to_string_lossy(),
+                crate::host::boot_id()
+            ],
         )
         .unwrap();
     interrupted(&mut store, "ses_1", Stage::Tools, T0);
@@ -1275,4 +1280,106 @@ fn r5_10_a_pass_that_fails_on_a_full_disk_kills_no_leftover_and_the_next_one_rep
         }]
     );
     assert!(!leftover.wait().unwrap().success());
+}
+
+#[test]
+fn i14_a_claim_that_cannot_even_be_taken_over_is_quarantined_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let stuck = interrupted(&mut store, "ses_stuck", Stage::Tools, T0);
+    let good = interrupted(&mut store, "ses_good", Stage::Tools, T0);
+    // `epoch + 1` cannot be stored: the takeover itself fails on this row.
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET epoch = 9223372036854775807 WHERE id = ?1",
+            [&stuck],
+        )
+        .unwrap();
+    let report = pass(store.conn_mut(), &params(), LATER).unwrap();
+    assert_eq!(
+        report
+            .recovered
+            .iter()
+            .map(|r| r.execution_id.clone())
+            .collect::<Vec<_>>(),
+        vec![good]
+    );
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].execution_id, stuck);
+    // Quarantined rows are never scanned again: the next pass has nothing to do.
+    let again = pass(store.conn_mut(), &params(), LATER + 1).unwrap();
+    assert_eq!((again.scanned, again.skipped_live), (0, 0));
+}
+
+#[test]
+fn r5_10_the_leftover_processes_of_a_claim_quarantined_after_a_failure_are_stopped() {
+    let (mut leftover, identity) = crate::testing::leftover_wrapper("sleep 300");
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    let failing = interrupted(
+        &mut store,
+        "ses_a",
+        Stage::ToolsWithProcess(identity.clone()),
+        T0,
+    );
+    // Its continuation id is taken: its reconciliation fails halfway.
+    store
+        .conn()
+        .execute(
+            "INSERT INTO session_input (id, session_id, prompt, delivery, admitted_seq, time_created)
+             VALUES (?1, 'ses_a', 'squatter', 'admit', 9999, 0)",
+            [ids::continuation_input(&failing)],
+        )
+        .unwrap();
+    let report = pass(store.conn_mut(), &params(), LATER).unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(
+        report.quarantined[0].stopped_processes,
+        vec![StoppedProcess {
+            call_id: "running".into(),
+            pid: identity.pid,
+            pgid: identity.pgid,
+        }]
+    );
+    assert!(
+        !leftover.wait().unwrap().success(),
+        "the leftover still runs"
+    );
+}
+
+#[test]
+fn r4_11_an_owner_of_another_boot_is_recovered_by_time_only_and_then_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = store(&dir);
+    // A row copied here from another machine (or left by a power cut): its lock
+    // file here is free, but a lock proves nothing beyond its own boot.
+    std::fs::write(dir.path().join("own_away.lock"), b"").unwrap();
+    store
+        .conn()
+        .execute(
+            "INSERT INTO owner VALUES ('own_away', 1, ?1, ?2, NULL, 'another-machine', 'another-boot')",
+            rusqlite::params![crate::owner::hostname(), T0],
+        )
+        .unwrap();
+    let exe = interrupted(&mut store, "ses_1", Stage::Tools, T0);
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET owner_id = 'own_away' WHERE id = ?1",
+            [&exe],
+        )
+        .unwrap();
+    let p = Params {
+        owners: crate::owner::Owners::new(dir.path()),
+        ..params()
+    };
+    // Within the lease nothing is taken: the owner may be a live clone elsewhere.
+    let report = pass(store.conn_mut(), &p, T0 + 10).unwrap();
+    assert_eq!((report.recovered.len(), report.dead_owners.len()), (0, 0));
+    // Once the lease ran out, its claim is recovered and the row forgotten.
+    let report = pass(store.conn_mut(), &p, LATER).unwrap();
+    assert_eq!(report.recovered.len(), 1);
+    assert_eq!(count(store.conn(), "SELECT count(*) FROM owner"), 0);
+    assert!(!dir.path().join("own_away.lock").exists());
 }

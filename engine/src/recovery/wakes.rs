@@ -188,6 +188,20 @@ fn quarantine(tx: &Transaction<'_>, execution_id: &str, reason: &str) -> Result<
     Ok(())
 }
 
+/// Takes back the attempts counted for the wakes of `input_ids` that did not
+/// promote their continuation because the store failed (a full disk): the store's
+/// failure is not the wake's, and must not quarantine it.
+pub(crate) fn uncount_attempts(tx: &Transaction<'_>, input_ids: &[String]) -> Result<()> {
+    for input_id in input_ids {
+        tx.prepare_cached(
+            "UPDATE session_recovery SET wake_attempts = wake_attempts - 1
+             WHERE continuation_message_id = ?1 AND wake_pending = 1 AND wake_attempts > 0",
+        )?
+        .execute([input_id])?;
+    }
+    Ok(())
+}
+
 /// Counts a wake attempt, in the transaction that acquires the session for it.
 pub(crate) fn count_attempt(tx: &Transaction<'_>, input_id: &str) -> Result<()> {
     tx.prepare_cached(

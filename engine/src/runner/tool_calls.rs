@@ -67,7 +67,13 @@ impl Execution {
         let mut ctx = ToolContext {
             directory: self.session.directory.clone().into(),
             config: tools.clone(),
-            allow_outside: false,
+            data_dir: self
+                .services
+                .db
+                .path()
+                .and_then(|p| p.parent())
+                .map(Into::into),
+            approved: None,
         };
         // Resolving paths touches the file system, which can hang (a stuck mount):
         // it runs on a thread of its own, raced against cancellation and loss.
@@ -90,24 +96,32 @@ impl Execution {
             Ok(assessment) => assessment,
             Err(error) => return Ok(Err(error)),
         };
-        let allowed = tools.allow.iter().any(|t| t == &call.tool);
-        if !allowed || assessment.outside.is_some() {
+        let session = &self.claim.session_id;
+        let allowed = tools.allow.iter().any(|t| t == &call.tool)
+            || self.services.always.allows(session, &call.tool);
+        if !allowed || assessment.guarded.is_some() {
             let request = PermissionRequest {
-                session_id: self.claim.session_id.clone(),
+                session_id: session.clone(),
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 input: call.input.clone(),
-                outside: assessment.outside.clone(),
+                guarded: assessment.guarded.clone(),
             };
             let decision = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
                 _ = self.lost.cancelled() => return Err(Stop::Lost),
                 d = self.services.permission.decide(request) => d,
             };
-            if let Decision::Deny(reason) = decision {
-                return Ok(Err(reason));
+            match decision {
+                Decision::Deny(reason) => return Ok(Err(reason)),
+                Decision::AllowAlways if assessment.guarded.is_none() => {
+                    self.services.always.remember(session, &call.tool);
+                }
+                Decision::Allow | Decision::AllowAlways => {}
             }
-            ctx.allow_outside = assessment.outside.is_some();
+            // The approval is bound to the path as it was resolved when the user
+            // was asked: a run that resolves elsewhere is refused.
+            ctx.approved = assessment.guarded.map(|g| g.path);
         }
         self.may_dispatch()?;
         let prepared = match tool.prepare(&ctx, &call.input).await {

@@ -28,6 +28,10 @@ pub const MIGRATIONS: &[Migration] = &[
         id: "0003_drop_unused_indexes",
         sql: include_str!("../../../migrations/0003_drop_unused_indexes.sql"),
     },
+    Migration {
+        id: "0004_owner_host",
+        sql: include_str!("../../../migrations/0004_owner_host.sql"),
+    },
 ];
 
 const CREATE_SCHEMA_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS schema_migration (

@@ -151,22 +151,21 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
 }
 
 /// Whether the file was not closed cleanly since it was last checked: an owner row
-/// whose process is provably dead (its lock file here is free), or no owner table to
-/// tell. A clean shutdown removes its owner row, and recovery removes those of dead
-/// owners once their claims are handled — so the integrity check runs at launches
-/// after a crash until recovery has reconciled it, and not at the launches of a
-/// healthy file (protocol §2.3). A row nothing can prove dead (another host's, or
-/// one without a lock file) is not a crash seen here, and would never go away.
+/// whose process is provably dead (its lock file here is free), one of another
+/// machine or an earlier boot (a copied or restored data directory, or a power cut),
+/// or no owner table to tell. A clean shutdown removes its owner row, and recovery
+/// removes those of dead owners, and of other boots, once their claims are handled —
+/// so the integrity check runs at launches after a crash until recovery has
+/// reconciled it, and not at the launches of a healthy file (protocol §2.3). A row
+/// of this boot that nothing can prove dead (no lock file) is not a crash seen here,
+/// and would never go away.
 pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
-    let owners = crate::owner::Owners::new(
-        path.parent()
-            .map(|dir| dir.join("owners"))
-            .unwrap_or_default(),
-    );
-    match crate::owner::all(conn) {
+    use crate::owner::{self, Liveness, Owners};
+    let owners = Owners::of_database(path);
+    match owner::all(conn) {
         Ok(rows) => rows
             .iter()
-            .any(|row| crate::owner::probe(&owners, row) == crate::owner::Liveness::Dead),
+            .any(|row| !row.is_of_this_boot() || owner::probe(&owners, row) == Liveness::Dead),
         Err(_) => true,
     }
 }
@@ -259,6 +258,9 @@ fn user_tables(conn: &Connection) -> rusqlite::Result<Vec<String>> {
 /// Sorts an SQLite failure while reading into "not ours to touch" or "cannot access".
 pub(crate) fn classify(path: &Path, error: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode::*;
+    if let Some(reason) = crate::error::no_room(&error) {
+        return Error::StoreFull(reason);
+    }
     match error.sqlite_error_code() {
         Some(NotADatabase) => refuse(path, "the file is not a SQLite database"),
         Some(DatabaseCorrupt) => refuse(path, format!("the database is corrupt: {error}")),

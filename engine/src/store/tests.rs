@@ -520,9 +520,24 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
             killed: Default::default(),
         };
-        // Half reconciled (recovery rows), half still claimed.
+        // Half reconciled (recovery rows), half still claimed. This build's pass
+        // reads the owner columns migration 0004 adds: they exist for the pass only.
+        store
+            .conn()
+            .execute_batch(
+                "ALTER TABLE owner ADD COLUMN machine_id TEXT;
+                 ALTER TABLE owner ADD COLUMN boot_id TEXT;",
+            )
+            .unwrap();
         let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();
         pass.next_batch(store.conn_mut(), &|| 100_000).unwrap();
+        store
+            .conn()
+            .execute_batch(
+                "ALTER TABLE owner DROP COLUMN machine_id;
+                 ALTER TABLE owner DROP COLUMN boot_id;",
+            )
+            .unwrap();
     }
     let before = dump(&Connection::open(&path).unwrap());
     assert!(before.iter().any(|r| r.starts_with("session_recovery: ")));
@@ -696,13 +711,13 @@ fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
     store
         .conn()
         .execute(
-            "INSERT INTO owner VALUES ('own_gone', 1, ?1, 1000, NULL)",
-            [crate::owner::hostname()],
+            "INSERT INTO owner VALUES ('own_gone', 1, ?1, 1000, NULL, NULL, ?2)",
+            [crate::owner::hostname(), crate::host::boot_id()],
         )
         .unwrap();
     assert!(unclean(&store));
-    // Without its lock file (or on another host) nothing proves it dead: such a row
-    // would never go away, and must not make every launch check the whole file.
+    // Without its lock file nothing of this boot proves it dead: such a row would
+    // never go away, and must not make every launch check the whole file.
     std::fs::remove_file(dir.path().join("owners").join("own_gone.lock")).unwrap();
     assert!(!unclean(&store));
     // Once recovery forgets it, launches are clean again.
@@ -711,5 +726,16 @@ fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
         .execute("DELETE FROM owner WHERE id = 'own_gone'", [])
         .unwrap();
     assert!(!unclean(&store));
+    // An owner of another machine or an earlier boot — a data directory copied or
+    // restored here, or a power cut — is a crash this launch cannot see: the file is
+    // checked until recovery has handled it (and forgotten the row).
+    store
+        .conn()
+        .execute(
+            "INSERT INTO owner VALUES ('own_away', 1, ?1, 1000, NULL, 'another-machine', 'another-boot')",
+            [crate::owner::hostname()],
+        )
+        .unwrap();
+    assert!(unclean(&store));
     drop(live);
 }

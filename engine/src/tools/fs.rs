@@ -1,23 +1,26 @@
 //! `read_file`, `list_dir` and `write_file`. Relative paths resolve against the
 //! session's directory.
 //!
-//! Paths are resolved after symbolic links ([`ToolContext::locate`]); one outside the
-//! session's directory needs the user's permission ([`Tool::assess`]), and the run
-//! checks again that it still resolves as it did when the user was asked. The tools
-//! take regular files and directories only — a FIFO, device or socket could block
-//! for ever or never end — open files without blocking, read at most the output
-//! limit, and list at most [`MAX_ENTRIES`] entries.
+//! Paths are located ([`reach`]): resolved after symbolic links, and guarded —
+//! asked about every time — outside the session's directory, in a credential location
+//! or Steward's data directory, or for a file with other hard links. A run opens
+//! exactly what was located and approved, or nothing. The tools take regular files
+//! and directories only — a FIFO, device or socket could block for ever or never end
+//! — open files without blocking, read at most the output limit, and list at most
+//! [`MAX_ENTRIES`] entries.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use cap_std::fs::OpenOptionsExt;
 
 use serde_json::{Value, json};
 
 use crate::provider::ToolSpec;
 use crate::tools::{
-    Assessment, BoxFuture, Prepared, Tool, ToolContext, ToolOutput, cap_output, string_arg,
+    Assessment, BoxFuture, Prepared, Tool, ToolContext, ToolOutput, cap_output, reach, string_arg,
 };
 
 /// The most entries `list_dir` reads from one directory.
@@ -34,23 +37,10 @@ fn path_schema(extra: Value) -> Value {
 
 /// The assessment of a file tool's `path` argument.
 fn assess_path(ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
-    let located = ctx.locate(string_arg(input, "path")?)?;
+    let located = reach::locate(ctx, string_arg(input, "path")?)?;
     Ok(Assessment {
-        outside: (!located.inside).then_some(located.path),
+        guarded: located.guarded(),
     })
-}
-
-/// Resolves `path` for a run: outside the session's directory only with the user's
-/// permission (the path may have changed since the user was asked).
-fn located_for_run(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
-    let located = ctx.locate(path)?;
-    if !located.inside && !ctx.allow_outside {
-        return Err(format!(
-            "{} lies outside the session directory and was not allowed",
-            located.path.display()
-        ));
-    }
-    Ok(located.path)
 }
 
 /// Runs a filesystem call on a thread of its own, off the async threads. A call that
@@ -121,9 +111,10 @@ fn refuse_opened_database(path: &Path, file: File, verb: &str) -> Result<(File, 
     Ok((file, meta))
 }
 
-/// Opens a regular file for reading without ever blocking on it, and checks that
-/// what was opened is still a regular file.
-fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
+/// Opens the located file for reading — exactly it, by name in its checked
+/// directory, without following a link or blocking — and checks what was opened.
+fn open_regular(ctx: &ToolContext, located: &reach::Located) -> Result<(File, Metadata), String> {
+    let path = &located.path;
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if !meta.is_file() {
@@ -134,20 +125,48 @@ fn open_regular(path: &Path) -> Result<(File, Metadata), String> {
         ));
     }
     refuse_own_database(path, &meta, "read")?;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let (dir, name) = reach::open_parent(ctx, located, false)?;
+    let file = dir
+        .open_with(
+            &name,
+            cap_std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(NO_FOLLOW),
+        )
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .into_std();
     let (file, meta) = refuse_opened_database(path, file, "read")?;
+    check_opened(ctx, located, &meta, "read")?;
+    Ok((file, meta))
+}
+
+/// Flags every file tool opens with: no link followed at the end, never blocking.
+const NO_FOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+
+/// What was opened must still be what was located: a regular file, and one with
+/// no other hard links unless the user allowed exactly this path.
+fn check_opened(
+    ctx: &ToolContext,
+    located: &reach::Located,
+    meta: &Metadata,
+    verb: &str,
+) -> Result<(), String> {
+    let path = &located.path;
     if !meta.is_file() {
         return Err(format!(
-            "cannot read {}: it is {}, not a regular file",
+            "cannot {verb} {}: it is {}, not a regular file",
             path.display(),
-            kind(&meta)
+            kind(meta)
         ));
     }
-    Ok((file, meta))
+    if meta.nlink() > 1 && ctx.approved.as_deref() != Some(path.as_path()) {
+        return Err(format!(
+            "cannot {verb} {}: it is {} and was not allowed",
+            path.display(),
+            reach::Guard::HardLinks.describe()
+        ));
+    }
+    Ok(())
 }
 
 /// `read_file`: a regular file's text, up to the output limit.
@@ -181,8 +200,9 @@ impl Tool for ReadFile {
 
 /// Reads at most the output limit of a regular file: the rest is never read.
 fn read_capped(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
-    let path = located_for_run(ctx, path)?;
-    let (file, meta) = open_regular(&path)?;
+    let located = reach::located_for_run(ctx, path)?;
+    let path = located.path.clone();
+    let (file, meta) = open_regular(ctx, &located)?;
     let limit = ctx.config.output_limit_bytes;
     let mut bytes = Vec::with_capacity(limit.min(64 * 1024) + 1);
     file.take(limit as u64 + 1)
@@ -232,7 +252,8 @@ impl Tool for ListDir {
 
 /// Lists at most [`MAX_ENTRIES`] entries, sorted.
 fn list(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
-    let path = located_for_run(ctx, path)?;
+    let located = reach::located_for_run(ctx, path)?;
+    let path = located.path.clone();
     let meta =
         std::fs::metadata(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
     if !meta.is_dir() {
@@ -242,8 +263,10 @@ fn list(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
             kind(&meta)
         ));
     }
-    let entries =
-        std::fs::read_dir(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+    let dir = reach::open_dir(ctx, &path, false)?;
+    let entries = dir
+        .entries()
+        .map_err(|e| format!("cannot list {}: {e}", path.display()))?;
     let mut names = Vec::new();
     let mut capped = false;
     for entry in entries.flatten() {
@@ -305,13 +328,12 @@ impl Tool for WriteFile {
 }
 
 /// Writes a regular file (creating it and its parents), never blocking on whatever
-/// the path names.
+/// the path names, and never anywhere but where it was located: its directories are
+/// created beneath the session's directory (or the approved path's existing
+/// ancestor), and the file is opened by name in the checked directory.
 fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, String> {
-    let path = located_for_run(ctx, path)?;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
+    let located = reach::located_for_run(ctx, path)?;
+    let path = located.path.clone();
     if let Ok(meta) = std::fs::metadata(&path) {
         if !meta.is_file() {
             return Err(format!(
@@ -322,22 +344,21 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
         }
         refuse_own_database(&path, &meta, "write")?;
     }
-    // The path is resolved: a link that appeared at its end since is not followed.
-    // Truncation waits until the file is known not to be the database.
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // Truncation waits until what was opened is known to be the file located, and
+    // not the database.
+    let (dir, name) = reach::open_parent(ctx, &located, true)?;
+    let file = dir
+        .open_with(
+            &name,
+            cap_std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .custom_flags(NO_FOLLOW),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?
+        .into_std();
     let (mut file, meta) = refuse_opened_database(&path, file, "write")?;
-    if !meta.is_file() {
-        return Err(format!(
-            "cannot write {}: it is {}, not a regular file",
-            path.display(),
-            kind(&meta)
-        ));
-    }
+    check_opened(ctx, &located, &meta, "write")?;
     file.set_len(0)
         .and_then(|()| file.write_all(content.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

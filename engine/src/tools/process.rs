@@ -310,16 +310,7 @@ fn stat(pid: i32) -> Option<(i32, u64)> {
     Some((fields.get(2)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
-/// This boot of this machine.
-pub fn boot_id() -> String {
-    static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    })
-    .clone()
-}
+pub use crate::host::boot_id;
 
 /// The identity of a live process that leads its own group. Without `/proc` (not
 /// Linux) the start time and boot cannot be read: the identity then carries an empty
@@ -335,7 +326,7 @@ pub fn identify(pid: i32) -> Option<ProcessIdentity> {
         pgid,
         start_time,
         boot_id,
-        hostname: crate::owner::hostname(),
+        hostname: crate::host::hostname(),
     })
 }
 
@@ -394,7 +385,7 @@ impl LeftoverGroup {
 /// runs and is provably the recorded one, else what was found instead (never
 /// [`Leftover::Stopped`]). Signals nothing.
 pub fn find_leftover(identity: &ProcessIdentity) -> Result<LeftoverGroup, Leftover> {
-    if identity.hostname != crate::owner::hostname()
+    if identity.hostname != crate::host::hostname()
         || identity.boot_id != boot_id()
         || identity.boot_id.is_empty()
     {

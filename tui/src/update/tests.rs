@@ -183,25 +183,33 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
                     }]
         }
         A::No => app.overlay.is_empty() && !app.quit,
-        A::AllowOnce => effects == [Effect::Answer { id: 7, allow: true }],
+        A::AllowOnce => {
+            effects
+                == [Effect::Answer {
+                    id: 7,
+                    allow: true,
+                    always: false,
+                }]
+        }
         A::AllowAlways => {
             effects
-                == [
-                    Effect::AllowTool {
-                        tool: "write_file".into(),
-                        save: false,
-                    },
-                    Effect::Answer { id: 7, allow: true },
-                ]
+                == [Effect::Answer {
+                    id: 7,
+                    allow: true,
+                    always: true,
+                }]
         }
         A::AllowAndSave => {
             effects
                 == [
-                    Effect::AllowTool {
+                    Effect::SaveTool {
                         tool: "write_file".into(),
-                        save: true,
                     },
-                    Effect::Answer { id: 7, allow: true },
+                    Effect::Answer {
+                        id: 7,
+                        allow: true,
+                        always: true,
+                    },
                 ]
         }
         A::Deny => {
@@ -209,6 +217,7 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
                 == [Effect::Answer {
                     id: 7,
                     allow: false,
+                    always: false,
                 }]
         }
     }
@@ -456,7 +465,8 @@ fn letters_typed_before_a_question_could_be_read_do_not_answer_it() {
         update(&mut app, code(KeyCode::Char('n'))),
         vec![Effect::Answer {
             id: 7,
-            allow: false
+            allow: false,
+            always: false,
         }]
     );
     // "why" typed at launch over the after-crash panel: `w` asks, `y` does not
@@ -560,10 +570,13 @@ fn a_crlf_paste_keeps_its_lines() {
 }
 
 #[test]
-fn a_call_outside_the_session_directory_cannot_be_allowed_always() {
+fn a_call_that_touches_a_guarded_path_cannot_be_allowed_always() {
     let mut app = app_in(Context::Permission);
     if let Some(Overlay::Permission { request, .. }) = app.overlay.last_mut() {
-        request.outside = Some("/etc/hostname".into());
+        request.guarded = Some(steward_engine::tools::Guarded {
+            path: "/etc/hostname".into(),
+            guard: steward_engine::tools::Guard::Outside,
+        });
     }
     for key in ['a', 's'] {
         assert_eq!(update(&mut app, code(KeyCode::Char(key))), Vec::new());
@@ -575,7 +588,11 @@ fn a_call_outside_the_session_directory_cannot_be_allowed_always() {
     }
     assert_eq!(
         update(&mut app, code(KeyCode::Char('y'))),
-        vec![Effect::Answer { id: 7, allow: true }]
+        vec![Effect::Answer {
+            id: 7,
+            allow: true,
+            always: false
+        }]
     );
 }
 

@@ -301,11 +301,12 @@ fn permission(
         Span::styled(request.tool.clone(), t.style(Role::Accent)),
         Span::raw(format!(" in {}.", short_id(&request.session_id))),
     ])];
-    if let Some(path) = &request.outside {
+    if let Some(guarded) = &request.guarded {
         text.push(Line::from(Span::styled(
             format!(
-                "It reaches outside the session directory: {}",
-                path.display()
+                "It touches {}, {}: asked every time.",
+                guarded.path.display(),
+                guarded.guard.describe()
             ),
             t.style(Role::Warn),
         )));
@@ -336,10 +337,10 @@ fn permission(
         1 => "1 more line (j/k) · ".to_string(),
         n => format!("{n} more lines (j/k) · "),
     };
-    // The longest wording that fits the box; a call outside the session's
-    // directory is asked about every time, so no "always" is offered for it.
+    // The longest wording that fits the box; a call that touches a guarded path is
+    // asked about every time, so no "always" is offered for it.
     let room = usize::from(width.saturating_sub(4));
-    let wordings: &[&str] = if request.outside.is_some() {
+    let wordings: &[&str] = if request.guarded.is_some() {
         &["y allow once · n deny", "y · n"]
     } else {
         &[

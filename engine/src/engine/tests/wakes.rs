@@ -197,7 +197,7 @@ async fn r5_9_a_new_prompt_leaves_a_waiting_continuation_pending_without_auto_co
 
 /// A session held by a live claim of `own_other`, expiring at `expires_at`.
 fn held_by_other(dir: &TestDir, session: &str, now: i64, lease: i64) {
-    let mut store = Store::open(&dir.dir.path().join("steward.db"), &SystemClock::new()).unwrap();
+    let mut store = Store::open(&dir.database(), &SystemClock::new()).unwrap();
     store
         .write(|tx| {
             crate::store::events::append_unowned(
@@ -304,7 +304,7 @@ async fn r4_3_a_prompt_for_a_quarantined_session_is_refused_and_admits_nothing()
     let dir = TestDir::new();
     let exe = crashed_db(&dir, "ses_1", Stage::Tools, 60_000);
     {
-        let store = Store::open(&dir.dir.path().join("steward.db"), &SystemClock::new()).unwrap();
+        let store = Store::open(&dir.database(), &SystemClock::new()).unwrap();
         store
             .conn()
             .execute(

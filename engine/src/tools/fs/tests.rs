@@ -1,3 +1,4 @@
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -16,8 +17,21 @@ fn ctx_in(dir: &Path) -> ToolContext {
     ToolContext {
         directory: dir.to_path_buf(),
         config: ToolsConfig::default(),
-        allow_outside: false,
+        data_dir: None,
+        approved: None,
     }
+}
+
+/// What a call would touch that is asked about every time.
+fn guarded(tool: &dyn Tool, ctx: &ToolContext, input: Value) -> Option<crate::tools::Guarded> {
+    tool.assess(ctx, &input).unwrap().guarded
+}
+
+fn outside(path: PathBuf) -> Option<crate::tools::Guarded> {
+    Some(crate::tools::Guarded {
+        path,
+        guard: crate::tools::Guard::Outside,
+    })
 }
 
 fn failure(output: ToolOutput) -> String {
@@ -93,7 +107,7 @@ async fn a_fifo_is_refused_at_once_instead_of_blocking_for_ever() {
 async fn devices_are_refused_so_dev_zero_never_fills_memory() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = ToolContext {
-        allow_outside: true,
+        approved: Some("/dev/zero".into()),
         ..ctx_in(dir.path())
     };
     let read = failure(call(&ReadFile, &ctx, json!({"path": "/dev/zero"})).await);
@@ -151,21 +165,16 @@ fn paths_outside_the_session_directory_are_assessed_after_symlinks() {
     std::os::unix::fs::symlink(root.path(), session.join("up")).unwrap();
     let ctx = ctx_in(&session);
     let secret = std::fs::canonicalize(&secret).unwrap();
-    let outside = |path: &str| {
-        ReadFile
-            .assess(&ctx, &json!({"path": path}))
-            .unwrap()
-            .outside
-    };
-    assert_eq!(outside("sub"), None);
-    assert_eq!(outside("new/file.txt"), None);
-    assert_eq!(outside(secret.to_str().unwrap()), Some(secret.clone()));
-    assert_eq!(outside("../secret.txt"), Some(secret.clone()));
-    assert_eq!(outside("link"), Some(secret.clone()));
-    assert_eq!(outside("up/secret.txt"), Some(secret.clone()));
+    let assessed = |path: &str| guarded(&ReadFile, &ctx, json!({"path": path}));
+    assert_eq!(assessed("sub"), None);
+    assert_eq!(assessed("new/file.txt"), None);
+    assert_eq!(assessed(secret.to_str().unwrap()), outside(secret.clone()));
+    assert_eq!(assessed("../secret.txt"), outside(secret.clone()));
+    assert_eq!(assessed("link"), outside(secret.clone()));
+    assert_eq!(assessed("up/secret.txt"), outside(secret.clone()));
     assert_eq!(
-        outside("up/new.txt"),
-        Some(std::fs::canonicalize(root.path()).unwrap().join("new.txt"))
+        assessed("up/new.txt"),
+        outside(std::fs::canonicalize(root.path()).unwrap().join("new.txt"))
     );
     let climbing = WriteFile
         .assess(&ctx, &json!({"path": "missing/../../x", "content": ""}))
@@ -185,17 +194,19 @@ async fn r4_13_a_write_through_a_dangling_link_is_judged_by_where_it_lands() {
     std::os::unix::fs::symlink(&target, session.join("dangling")).unwrap();
     std::os::unix::fs::symlink(root.path().join("gone/dir"), session.join("dir-link")).unwrap();
     let ctx = ctx_in(&session);
-    let outside = WriteFile
-        .assess(&ctx, &json!({"path": "dangling", "content": "x"}))
-        .unwrap()
-        .outside;
+    let dangling = guarded(
+        &WriteFile,
+        &ctx,
+        json!({"path": "dangling", "content": "x"}),
+    );
     let real_root = std::fs::canonicalize(root.path()).unwrap();
-    assert_eq!(outside, Some(real_root.join("outside-created")));
-    let through_dir = WriteFile
-        .assess(&ctx, &json!({"path": "dir-link/new.txt", "content": "x"}))
-        .unwrap()
-        .outside;
-    assert_eq!(through_dir, Some(real_root.join("gone/dir/new.txt")));
+    assert_eq!(dangling, outside(real_root.join("outside-created")));
+    let through_dir = guarded(
+        &WriteFile,
+        &ctx,
+        json!({"path": "dir-link/new.txt", "content": "x"}),
+    );
+    assert_eq!(through_dir, outside(real_root.join("gone/dir/new.txt")));
     let denied = failure(
         call(
             &WriteFile,
@@ -212,11 +223,10 @@ async fn r4_13_a_write_through_a_dangling_link_is_judged_by_where_it_lands() {
 fn a_session_directory_of_root_is_no_boundary() {
     let ctx = ToolContext {
         directory: "/".into(),
-        config: ToolsConfig::default(),
-        allow_outside: false,
+        ..ctx_in(Path::new("/"))
     };
     let located = ctx.locate("/etc/hostname").unwrap();
-    assert!(!located.inside);
+    assert_eq!(located.guard, Some(crate::tools::Guard::Outside));
 }
 
 #[tokio::test]
@@ -240,7 +250,7 @@ async fn a_run_never_reaches_outside_without_permission() {
     assert!(denied.contains("outside the session directory"), "{denied}");
     assert!(!root.path().join("new.txt").exists());
     let allowed = ToolContext {
-        allow_outside: true,
+        approved: Some(std::fs::canonicalize(root.path().join("secret.txt")).unwrap()),
         ..ctx
     };
     let read = call(&ReadFile, &allowed, json!({"path": "link"})).await;
@@ -278,4 +288,70 @@ async fn r2_8_file_tools_never_open_the_database_this_process_uses() {
     assert_eq!(std::fs::metadata(&db).unwrap().len(), before);
     assert_eq!(crate::store::pinned::tests::own_posix_locks(&db), held);
     drop(store);
+}
+
+#[tokio::test]
+async fn r4_13_an_approval_is_bound_to_the_path_the_user_was_shown() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("approved.txt"), "old").unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(outside.join("approved.txt"), work.join("link.txt")).unwrap();
+    let ctx = ctx_in(&work);
+    let input = json!({"path": "link.txt", "content": "new"});
+    let asked = guarded(&WriteFile, &ctx, input.clone()).unwrap();
+    let approved_path = std::fs::canonicalize(outside.join("approved.txt")).unwrap();
+    assert_eq!(asked.path, approved_path);
+    // The user allows what they were shown; the link is re-pointed before the run.
+    let allowed = ToolContext {
+        approved: Some(asked.path),
+        ..ctx
+    };
+    std::fs::remove_file(work.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.txt"), work.join("link.txt")).unwrap();
+    let refused = failure(call(&WriteFile, &allowed, input.clone()).await);
+    assert!(refused.contains("which was allowed: refused"), "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
+    let read = failure(call(&ReadFile, &allowed, json!({"path": "link.txt"})).await);
+    assert!(read.contains("which was allowed: refused"), "{read}");
+    // Pointing where it did, the approved write runs.
+    std::fs::remove_file(work.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.join("approved.txt"), work.join("link.txt")).unwrap();
+    let wrote = call(&WriteFile, &allowed, input).await;
+    assert!(matches!(wrote, ToolOutput::Completed { .. }), "{wrote:?}");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("approved.txt")).unwrap(),
+        "new"
+    );
+}
+
+#[tokio::test]
+async fn r4_13_a_file_with_other_hard_links_is_never_read_or_truncated_unasked() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(root.path().join("outside.txt"), "keep me").unwrap();
+    std::fs::hard_link(root.path().join("outside.txt"), work.join("inside.txt")).unwrap();
+    let ctx = ctx_in(&work);
+    let read = failure(call(&ReadFile, &ctx, json!({"path": "inside.txt"})).await);
+    assert!(read.contains("other hard links"), "{read}");
+    let wrote = failure(
+        call(
+            &WriteFile,
+            &ctx,
+            json!({"path": "inside.txt", "content": "x"}),
+        )
+        .await,
+    );
+    assert!(wrote.contains("other hard links"), "{wrote}");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("outside.txt")).unwrap(),
+        "keep me"
+    );
 }

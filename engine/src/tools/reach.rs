@@ -1,0 +1,404 @@
+//! Where a file tool reaches, and opening exactly that (protocol §4.13).
+//!
+//! A path is first *located*: made absolute against the session's directory and
+//! resolved after every symbolic link, so that it is judged by where it lands. A
+//! located path is **guarded** — asked about every time, whatever `tools.allow`
+//! says — when it lies outside the session's directory (a directory of `/`, the home
+//! directory or any of its ancestors is no boundary at all), in a credential
+//! location or Steward's own data directory, or is a file with other hard links
+//! (the same file may be reachable from anywhere).
+//!
+//! A run then opens exactly what was located, or nothing: the directory the target
+//! lies in is opened beneath the session's directory without leaving it
+//! (`cap-std`: `openat2` with `RESOLVE_BENEATH` where the kernel has it), or — for
+//! a guarded path the user approved — from its nearest existing ancestor, and either
+//! way checked to be the very directory located; the target itself is then opened in
+//! it by name, without following a link. A path that resolves elsewhere at run time
+//! than when the user was asked is refused, and so is one whose directories were
+//! swapped for links since it was located.
+
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::tools::ToolContext;
+
+/// Why a path is asked about every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// Outside the session's directory (or the session's directory is no boundary).
+    Outside,
+    /// In a credential location: `~/.ssh`, `~/.gnupg`, `~/.aws`, a keychain, ….
+    Credentials,
+    /// In Steward's own data directory.
+    DataDirectory,
+    /// A file with other hard links: the same file may be reachable from anywhere.
+    HardLinks,
+}
+
+impl Guard {
+    /// What the question says about the path.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Guard::Outside => "outside the session directory",
+            Guard::Credentials => "in a credential location",
+            Guard::DataDirectory => "in Steward's own data directory",
+            Guard::HardLinks => {
+                "a file with other hard links (it may also be reached from elsewhere)"
+            }
+        }
+    }
+}
+
+/// A guarded path a call would touch, resolved: what the user is asked about, and
+/// what an approval is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guarded {
+    pub path: PathBuf,
+    pub guard: Guard,
+}
+
+/// A path a file tool would touch, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// Absolute, with every symbolic link followed (for a path that does not exist
+    /// yet: its nearest existing ancestor's, plus the rest).
+    pub path: PathBuf,
+    /// Why it is asked about every time, if it is.
+    pub guard: Option<Guard>,
+}
+
+impl Located {
+    pub fn guarded(&self) -> Option<Guarded> {
+        self.guard.map(|guard| Guarded {
+            path: self.path.clone(),
+            guard,
+        })
+    }
+}
+
+/// Credential locations under the home directory: asked about every time, wherever
+/// the session is.
+pub const CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".password-store",
+    ".local/share/keyrings",
+    "Library/Keychains",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+];
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Locates `path` for a call in `ctx` (see the module's documentation).
+pub fn locate(ctx: &ToolContext, path: &str) -> Result<Located, String> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    locate_in(ctx, path, home.as_deref())
+}
+
+/// [`locate`] with the home directory given.
+fn locate_in(ctx: &ToolContext, path: &str, home: Option<&Path>) -> Result<Located, String> {
+    let path = real_path(&ctx.resolve(path), 0)?;
+    let base = canonical(&ctx.directory);
+    let home = home.map(canonical);
+    // `/`, the home directory and every ancestor of it hold the home directory's
+    // credentials: no boundary at all.
+    let boundless =
+        base.parent().is_none() || home.as_deref().is_some_and(|h| h.starts_with(&base));
+    let in_credentials = home
+        .as_deref()
+        .is_some_and(|home| CREDENTIALS.iter().any(|c| path.starts_with(home.join(c))));
+    let in_data_dir = ctx
+        .data_dir
+        .as_deref()
+        .is_some_and(|data| path.starts_with(canonical(data)));
+    let hard_linked = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.nlink() > 1);
+    let guard = if boundless || !path.starts_with(&base) {
+        Some(Guard::Outside)
+    } else if in_credentials {
+        Some(Guard::Credentials)
+    } else if in_data_dir {
+        Some(Guard::DataDirectory)
+    } else if hard_linked {
+        Some(Guard::HardLinks)
+    } else {
+        None
+    };
+    // Credentials and the data directory are named as such wherever they are.
+    let guard = match guard {
+        Some(Guard::Outside) if in_credentials => Some(Guard::Credentials),
+        Some(Guard::Outside) if in_data_dir => Some(Guard::DataDirectory),
+        other => other,
+    };
+    Ok(Located { path, guard })
+}
+
+/// `wanted` with every symbolic link followed: the real path of its longest existing
+/// part, plus the rest. A dangling link is followed to where it points, so a write
+/// through it is judged by where it would land.
+fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
+    const MAX_LINKS: usize = 16;
+    if depth > MAX_LINKS {
+        return Err(format!("{}: too many symbolic links", wanted.display()));
+    }
+    let mut existing = wanted;
+    let mut rest = Vec::new();
+    let real = loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            break real;
+        }
+        if std::fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink()) {
+            let target = std::fs::read_link(existing)
+                .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
+            let target = match existing.parent() {
+                Some(parent) if target.is_relative() => parent.join(target),
+                _ => target,
+            };
+            break real_path(&target, depth + 1)?;
+        }
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            return Err(format!("cannot resolve {}", wanted.display()));
+        };
+        rest.push(name.to_os_string());
+        existing = parent;
+    };
+    if wanted
+        .components()
+        .rev()
+        .take(rest.len())
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(format!(
+            "{} climbs with `..` through a directory that does not exist",
+            wanted.display()
+        ));
+    }
+    Ok(rest.into_iter().rev().fold(real, |p, name| p.join(name)))
+}
+
+/// Locates `path` for a run and checks it may be touched: unguarded, or guarded and
+/// approved as exactly this resolved path. A path that resolves elsewhere than what
+/// the user approved is refused.
+pub fn located_for_run(ctx: &ToolContext, path: &str) -> Result<Located, String> {
+    let located = locate(ctx, path)?;
+    let Some(guard) = located.guard else {
+        return Ok(located);
+    };
+    match &ctx.approved {
+        Some(approved) if *approved == located.path => Ok(located),
+        Some(approved) => Err(format!(
+            "{} now resolves to {}, not to {}, which was allowed: refused",
+            path,
+            located.path.display(),
+            approved.display()
+        )),
+        None => Err(format!(
+            "{} is {} and was not allowed",
+            located.path.display(),
+            guard.describe()
+        )),
+    }
+}
+
+/// The path the kernel has for an open descriptor (`/proc/self/fd`), where it can
+/// tell.
+fn fd_path(fd: &impl AsRawFd) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// Checks that the directory opened is `expected` itself.
+fn check_is(dir: &Dir, expected: &Path) -> Result<(), String> {
+    match fd_path(dir) {
+        Some(actual) if actual != expected => Err(format!(
+            "{} changed since it was checked (it now leads to {}): refused",
+            expected.display(),
+            actual.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Opens the directory `path` (a located path, or its parent) exactly: beneath the
+/// session's directory when it lies there, else — it was approved — from its
+/// nearest existing ancestor; creating what is missing when `create` says so. What
+/// is opened is checked to be `path` itself.
+pub fn open_dir(ctx: &ToolContext, path: &Path, create: bool) -> Result<Dir, String> {
+    let cannot = |e: std::io::Error| format!("cannot open {}: {e}", path.display());
+    let base = canonical(&ctx.directory);
+    let (start, rest) = match path.strip_prefix(&base) {
+        Ok(rest) if base.parent().is_some() => (base.clone(), rest.to_path_buf()),
+        _ => {
+            let mut start = path.to_path_buf();
+            while std::fs::symlink_metadata(&start).is_err() {
+                if !start.pop() {
+                    return Err(format!("cannot open {}", path.display()));
+                }
+            }
+            let rest = path
+                .strip_prefix(&start)
+                .unwrap_or(Path::new(""))
+                .to_path_buf();
+            (start, rest)
+        }
+    };
+    let root = Dir::open_ambient_dir(&start, ambient_authority()).map_err(cannot)?;
+    check_is(&root, &start)?;
+    if rest.as_os_str().is_empty() {
+        return Ok(root);
+    }
+    if create {
+        root.create_dir_all(&rest)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    }
+    let dir = root.open_dir(&rest).map_err(cannot)?;
+    check_is(&dir, path)?;
+    Ok(dir)
+}
+
+/// The directory a located file lies in, opened exactly ([`open_dir`]), and the
+/// file's name in it.
+pub fn open_parent(
+    ctx: &ToolContext,
+    located: &Located,
+    create: bool,
+) -> Result<(Dir, OsString), String> {
+    let (Some(parent), Some(name)) = (located.path.parent(), located.path.file_name()) else {
+        return Err(format!("{} is not a file", located.path.display()));
+    };
+    Ok((open_dir(ctx, parent, create)?, name.to_os_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ToolsConfig;
+    use pretty_assertions::assert_eq;
+
+    fn ctx_in(dir: &Path) -> ToolContext {
+        ToolContext {
+            directory: dir.to_path_buf(),
+            config: ToolsConfig::default(),
+            data_dir: None,
+            approved: None,
+        }
+    }
+
+    fn guard(ctx: &ToolContext, path: &str, home: &Path) -> Option<Guard> {
+        locate_in(ctx, path, Some(home)).unwrap().guard
+    }
+
+    #[test]
+    fn r4_13_a_session_directory_above_home_is_no_boundary() {
+        let root = tempfile::tempdir().unwrap();
+        let parent = root.path().join("parent");
+        let home = parent.join("user");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_rsa"), "key").unwrap();
+        std::fs::write(parent.join("notes.txt"), "n").unwrap();
+        // Above the home directory, and the home directory itself: everything asks.
+        for session in [&parent, &home, &root.path().to_path_buf()] {
+            let ctx = ctx_in(session);
+            assert_eq!(
+                guard(&ctx, parent.join("notes.txt").to_str().unwrap(), &home),
+                Some(Guard::Outside),
+                "{}",
+                session.display()
+            );
+        }
+        // The key is named for what it is, wherever it is asked from.
+        let ctx = ctx_in(&parent);
+        assert_eq!(
+            guard(&ctx, "user/.ssh/id_rsa", &home),
+            Some(Guard::Credentials)
+        );
+    }
+
+    #[test]
+    fn r4_13_credential_locations_and_the_data_directory_ask_wherever_the_session_is() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join(".aws")).unwrap();
+        std::fs::write(home.join(".aws/credentials"), "k").unwrap();
+        std::fs::create_dir_all(home.join("project")).unwrap();
+        std::os::unix::fs::symlink(home.join(".aws"), home.join("project/aws")).unwrap();
+        // A session inside a credential location asks for its own files.
+        let ctx = ctx_in(&home.join(".aws"));
+        assert_eq!(guard(&ctx, "credentials", &home), Some(Guard::Credentials));
+        // A link inside the session into one is judged by where it lands.
+        let ctx = ctx_in(&home.join("project"));
+        assert_eq!(
+            guard(&ctx, "aws/credentials", &home),
+            Some(Guard::Credentials)
+        );
+        // Steward's data directory inside a session directory asks too.
+        let data = home.join("project/data");
+        std::fs::create_dir_all(&data).unwrap();
+        let ctx = ToolContext {
+            data_dir: Some(data.clone()),
+            ..ctx_in(&home.join("project"))
+        };
+        assert_eq!(
+            guard(&ctx, "data/steward.db", &home),
+            Some(Guard::DataDirectory)
+        );
+        assert_eq!(guard(&ctx, "src/main.rs", &home), None);
+    }
+
+    #[test]
+    fn r4_13_a_file_with_other_hard_links_is_guarded() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(root.path().join("outside.txt"), "keep").unwrap();
+        std::fs::hard_link(root.path().join("outside.txt"), work.join("inside.txt")).unwrap();
+        let ctx = ctx_in(&work);
+        assert_eq!(
+            guard(&ctx, "inside.txt", Path::new("/nonexistent")),
+            Some(Guard::HardLinks)
+        );
+    }
+
+    #[test]
+    fn r4_13_a_directory_swapped_for_a_link_after_it_was_located_is_never_opened() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("work");
+        let outside = root.path().join("outside");
+        std::fs::create_dir_all(work.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let ctx = ctx_in(&work);
+        let located = locate_in(&ctx, "sub/deeper/file.txt", None).unwrap();
+        assert_eq!(located.guard, None);
+        // Between the check and the write, `sub` becomes a link out.
+        std::fs::remove_dir(work.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&outside, work.join("sub")).unwrap();
+        let refused = open_parent(&ctx, &located, true).unwrap_err();
+        assert!(refused.contains("cannot"), "{refused}");
+        assert!(
+            !outside.join("deeper").exists(),
+            "a directory was created outside the session"
+        );
+        // Swapped for a link that stays inside, it is no longer what was located.
+        std::fs::remove_file(work.join("sub")).unwrap();
+        std::fs::create_dir_all(work.join("other/deeper")).unwrap();
+        std::os::unix::fs::symlink("other", work.join("sub")).unwrap();
+        let refused = open_parent(&ctx, &located, true).unwrap_err();
+        assert!(
+            refused.contains("changed since it was checked"),
+            "{refused}"
+        );
+    }
+}

@@ -170,7 +170,7 @@ fn acp_a_tool_outside_tools_allow_asks_and_the_answer_decides() {
     }
 }
 
-const CRASH: &str = r#"
+pub(crate) const CRASH: &str = r#"
 [[step]]
 text = ["Running ", "the slow command."]
 tool_calls = [{ tool = "run_command", input = { command = "echo ran >> ../effects.txt; sleep 300" } }]
@@ -282,7 +282,7 @@ pub(crate) struct Driver {
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<Value>,
     /// Every message received that was not a response, in order.
-    seen: Vec<Value>,
+    pub(crate) seen: Vec<Value>,
     next_id: i64,
 }
 

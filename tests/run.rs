@@ -302,3 +302,49 @@ fn text_from_the_model_never_reaches_the_terminal_as_control_sequences() {
     let transcript = stdout(&env.run(&["show", &session]));
     assert!(!transcript.contains('\u{1b}'), "{transcript:?}");
 }
+
+#[test]
+fn text_from_outside_never_reaches_stderr_as_control_sequences() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    // A provider error, and a row of the database, carrying terminal sequences.
+    let script = write_script(
+        &env,
+        "failing.toml",
+        "[[step]]\nerror = \"boom \\u001b]0;PWNED\\u0007 \\u001b[2J\"\n",
+    );
+    let failed = env.run(&["--script", &script, "run", "--dir", &work, "go"]);
+    assert_eq!(code(&failed), 1, "{}", stderr(&failed));
+    let said = stderr(&failed);
+    assert!(said.contains("boom"), "{said:?}");
+    assert!(
+        !said.contains('\u{1b}') && !said.contains('\u{7}'),
+        "{said:?}"
+    );
+    // An error naming what the user typed (or a row) goes through the filter too.
+    let unknown = env.run(&["run", "--session", "ses_\u{1b}[31mred", "x"]);
+    assert_eq!(code(&unknown), 1);
+    assert!(
+        !stderr(&unknown).contains('\u{1b}'),
+        "{:?}",
+        stderr(&unknown)
+    );
+    // A quarantine reason from the file, printed by `recover`.
+    let conn = rusqlite::Connection::open(env.db()).unwrap();
+    let session: String = conn
+        .query_row("SELECT id FROM session LIMIT 1", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("PRAGMA ignore_check_constraints = ON")
+        .unwrap();
+    conn.execute(
+        "INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
+         VALUES ('exe_x', ?1, 'own_gone', 'bad\u{1b}]0;T\u{7}', 0, 0)",
+        [&session],
+    )
+    .unwrap();
+    drop(conn);
+    let recovered = env.run(&["--script", &script, "recover", "--no-wake"]);
+    let printed = format!("{}{}", stdout(&recovered), stderr(&recovered));
+    assert!(printed.contains("quarantined exe_x"), "{printed:?}");
+    assert!(!printed.contains('\u{1b}'), "{printed:?}");
+}

@@ -25,11 +25,19 @@ use agent::{Agent, ClientPermission};
 use transport::{Incoming, Outbox};
 use views::Views;
 
+/// Requests handled at once; one past this is answered with an error at once.
+const REQUESTS_IN_FLIGHT: usize = 64;
+
 pub fn run(ctx: &Context, store: Store) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         let (out, outgoing) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(transport::write_messages(tokio::io::stdout(), outgoing));
-        let outbox = Outbox::new(out);
+        let backlog = Arc::new(transport::Backlog::default());
+        let writer = tokio::spawn(transport::write_messages(
+            tokio::io::stdout(),
+            outgoing,
+            backlog.clone(),
+        ));
+        let outbox = Outbox::new(out, backlog);
         let (views, forwarding) = Views::new(outbox.clone());
         let permission = ClientPermission {
             outbox: outbox.clone(),
@@ -56,13 +64,11 @@ async fn serve(
     views: Arc<Views>,
     forwarding: views::Forwarding,
 ) -> Result<ExitCode> {
-    let coordinator = engine.coordinator().clone();
     let forwarder = tokio::spawn(views::forward(
         views.clone(),
-        engine.db().clone(),
+        engine.clone(),
         engine.subscribe(),
         forwarding,
-        move |session: &str| coordinator.is_running(session),
     ));
     // A recovery that cannot finish (a full disk, say) keeps nothing from the
     // client: it is logged, and the background retries until it can.
@@ -85,27 +91,48 @@ async fn serve(
         shut_down: shut_down_seen,
         database: ctx.paths.database.clone(),
         owners: ctx.paths.owners.clone(),
-        reader: std::sync::Mutex::new(None),
+        reader: Arc::default(),
     });
-    let (incoming, mut messages) = mpsc::unbounded_channel();
+    let (incoming, mut messages) = mpsc::channel(transport::INCOMING);
     let reader = tokio::spawn(transport::read_messages(
         tokio::io::BufReader::new(tokio::io::stdin()),
         incoming,
     ));
     let mut requests = tokio::task::JoinSet::new();
+    // Requests run concurrently (a cancel is served while a prompt runs), up to a
+    // bound: one past it is answered at once, never queued without end.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT));
     while let Some(message) = messages.recv().await {
+        // Finished requests are reaped as they go, not kept until the end.
+        while requests.try_join_next().is_some() {}
         match message {
-            Incoming::Request { id, method, params } => match agent.accept(&method, params) {
-                Ok(accepted) => {
-                    let agent = agent.clone();
-                    requests.spawn(async move {
-                        let (result, then) = agent.handle(accepted).await;
-                        agent::answer(&agent.outbox, id, result);
-                        agent.follow_up(then).await;
-                    });
+            Incoming::Request { id, method, params } => {
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    agent::answer(
+                        outbox,
+                        id,
+                        Err((
+                            transport::INTERNAL_ERROR,
+                            format!(
+                                "{REQUESTS_IN_FLIGHT} requests are already in progress: send this one again once one is answered"
+                            ),
+                        )),
+                    );
+                    continue;
+                };
+                match agent.accept(&method, params) {
+                    Ok(accepted) => {
+                        let agent = agent.clone();
+                        requests.spawn(async move {
+                            let (result, then) = agent.handle(accepted).await;
+                            agent::answer(&agent.outbox, id, result);
+                            drop(permit);
+                            agent.follow_up(then).await;
+                        });
+                    }
+                    Err(failure) => agent::answer(outbox, id, Err(failure)),
                 }
-                Err(failure) => agent::answer(outbox, id, Err(failure)),
-            },
+            }
             Incoming::Notification { method, params } => agent.notify(&method, params),
             Incoming::Response { id, outcome } => {
                 if !outbox.answer(&id, outcome) {

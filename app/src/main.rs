@@ -10,6 +10,8 @@ mod logging;
 mod output;
 mod paths;
 
+use output::say;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -136,7 +138,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("steward: {error:#}");
+            say!("steward: {error:#}");
             ExitCode::from(exit_code(&error))
         }
     }

@@ -61,6 +61,25 @@ impl Config {
         if self.agent.max_steps == 0 {
             return Err("agent.max_steps must be at least 1".into());
         }
+        let provider = &self.provider;
+        for (key, value) in [
+            ("max_event_bytes", provider.max_event_bytes),
+            ("max_answer_bytes", provider.max_answer_bytes),
+            (
+                "max_tool_arguments_bytes",
+                provider.max_tool_arguments_bytes,
+            ),
+            ("max_error_body_bytes", provider.max_error_body_bytes),
+        ] {
+            if value < 1024 {
+                return Err(format!(
+                    "provider.{key} = {value} is too small: it must be at least 1024 bytes"
+                ));
+            }
+        }
+        if provider.request_timeout_ms == 0 {
+            return Err("provider.request_timeout_ms must be at least 1".into());
+        }
         Ok(())
     }
 }
@@ -173,8 +192,18 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     /// `openai`: attempts for 429/5xx before the step fails.
     pub max_attempts: u32,
-    /// `openai`: per-request timeout for the first byte, in milliseconds.
+    /// `openai`: per-request timeout for the first byte, and the longest wait for
+    /// the next complete event of a stream, in milliseconds.
     pub request_timeout_ms: u64,
+    /// The largest server-sent event (or streamed line) a provider may send, in
+    /// bytes (protocol §4.15).
+    pub max_event_bytes: usize,
+    /// The largest answer text of one step, in bytes.
+    pub max_answer_bytes: usize,
+    /// The largest arguments of one tool call, in bytes.
+    pub max_tool_arguments_bytes: usize,
+    /// How much of an error answer's body is read, in bytes.
+    pub max_error_body_bytes: usize,
 }
 
 impl Default for ProviderConfig {
@@ -187,6 +216,10 @@ impl Default for ProviderConfig {
             api_key_env: None,
             max_attempts: 4,
             request_timeout_ms: 120_000,
+            max_event_bytes: 1 << 20,
+            max_answer_bytes: 4 << 20,
+            max_tool_arguments_bytes: 4 << 20,
+            max_error_body_bytes: 64 << 10,
         }
     }
 }

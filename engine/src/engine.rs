@@ -303,6 +303,110 @@ impl Engine {
         &self.coordinator
     }
 
+    /// Whether an execution of `session_id` runs here now.
+    pub fn is_running(&self, session_id: &str) -> bool {
+        self.coordinator.is_running(session_id)
+    }
+
+    /// The sessions with an execution running here now.
+    pub fn running(&self) -> Vec<String> {
+        self.coordinator.running()
+    }
+
+    /// Whether the session exists.
+    pub async fn session_exists(&self, session_id: &str) -> Result<bool> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| Ok(crate::store::rows::session(conn, &id)?.is_some()))
+            .await
+    }
+
+    /// A session's whole transcript, and the seq of its last event then (what a
+    /// front end that replays it continues from).
+    pub async fn transcript(
+        &self,
+        session_id: &str,
+    ) -> Result<(Vec<crate::projection::MessageRow>, i64)> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| {
+                let through = crate::store::events::next_seq(conn, &id)? - 1;
+                Ok((crate::store::rows::messages(conn, &id)?, through))
+            })
+            .await
+    }
+
+    /// A session's messages written after its event `seq` (a turn's own, read at
+    /// its end).
+    pub async fn messages_after(
+        &self,
+        session_id: &str,
+        seq: i64,
+    ) -> Result<Vec<crate::projection::MessageRow>> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| crate::store::rows::messages_from(conn, &id, seq + 1))
+            .await
+    }
+
+    /// Whether an admitted input has been taken up and its session's turn is over:
+    /// it was promoted, and no process holds the session any more. What a front end
+    /// waits on when another process runs the prompt it admitted.
+    pub async fn input_done(&self, session_id: &str, input_id: &str) -> Result<bool> {
+        let (session, input) = (session_id.to_string(), input_id.to_string());
+        self.services
+            .db
+            .read(move |conn| {
+                let promoted =
+                    crate::store::rows::input(conn, &input)?.is_some_and(|i| !i.is_pending());
+                let held = crate::claim::for_session(conn, &session)?
+                    .is_some_and(|c| c.recovery_error.is_none());
+                Ok(promoted && !held)
+            })
+            .await
+    }
+
+    /// The seq of a session's last event (-1 for none).
+    pub async fn last_seq(&self, session_id: &str) -> Result<i64> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| Ok(crate::store::events::next_seq(conn, &id)? - 1))
+            .await
+    }
+
+    /// A session's events after `seq`, in order: what another process committed,
+    /// for a front end that follows the session.
+    pub async fn events_after(
+        &self,
+        session_id: &str,
+        seq: i64,
+    ) -> Result<Vec<crate::events::EventRecord>> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| crate::store::events::load_after(conn, &id, seq))
+            .await
+    }
+
+    /// One message.
+    pub async fn message(&self, message_id: &str) -> Result<Option<crate::projection::MessageRow>> {
+        let id = message_id.to_string();
+        self.services
+            .db
+            .read(move |conn| crate::store::rows::message(conn, &id))
+            .await
+    }
+
+    /// The data directory's database file, when it is one (what a front end
+    /// watches for other processes' writes).
+    pub fn database(&self) -> Option<&std::path::Path> {
+        self.services.db.path()
+    }
+
     /// Listens to committed events and finished executions.
     pub fn subscribe(&self) -> broadcast::Receiver<EngineEvent> {
         self.services.events.subscribe()

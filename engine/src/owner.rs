@@ -96,9 +96,20 @@ impl OwnerRow {
     /// directory copied here, restored from a backup, or left by a power cut — or
     /// one written by a build that did not record its boot, cannot be proven
     /// anything; its claims are recovered once their leases run out.
+    ///
+    /// Where this process cannot read its own boot id (no `/proc`), a row that
+    /// records none either is taken to be of this boot when its host name is this
+    /// one's: the best that can be proven there.
     pub fn is_of_this_boot(&self) -> bool {
-        let boot = crate::host::boot_id();
-        !boot.is_empty() && self.boot_id.as_deref() == Some(boot.as_str())
+        self.is_of_boot(&crate::host::boot_id(), &hostname())
+    }
+
+    /// [`OwnerRow::is_of_this_boot`] for a given boot id (empty: unknown) and host.
+    fn is_of_boot(&self, boot: &str, host: &str) -> bool {
+        if boot.is_empty() {
+            return self.boot_id.as_deref().is_none_or(str::is_empty) && self.hostname == host;
+        }
+        self.boot_id.as_deref() == Some(boot)
     }
 }
 
@@ -244,14 +255,28 @@ pub(crate) fn owner_row(r: &Row<'_>) -> rusqlite::Result<OwnerRow> {
     })
 }
 
-/// The columns [`owner_row`] reads, in order.
-pub(crate) const OWNER_COLUMNS: &str =
-    "id, pid, hostname, time_started, lock_path, machine_id, boot_id";
+/// The columns [`owner_row`] reads, in order, for `conn`'s schema: a file written
+/// before migration `0004_owner_host` (which `steward inspect` reads as it is, never
+/// migrating it) has no machine or boot id.
+pub(crate) fn owner_columns(conn: &Connection) -> &'static str {
+    let recorded: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('owner') WHERE name = 'boot_id')",
+        )
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .unwrap_or(true);
+    if recorded {
+        "id, pid, hostname, time_started, lock_path, machine_id, boot_id"
+    } else {
+        "id, pid, hostname, time_started, lock_path, NULL, NULL"
+    }
+}
 
 /// Every owner row.
 pub fn all(conn: &Connection) -> Result<Vec<OwnerRow>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {OWNER_COLUMNS} FROM owner ORDER BY time_started, id"
+        "SELECT {} FROM owner ORDER BY time_started, id",
+        owner_columns(conn)
     ))?;
     let rows = stmt.query_map([], owner_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -259,8 +284,10 @@ pub fn all(conn: &Connection) -> Result<Vec<OwnerRow>> {
 
 pub fn get(conn: &Connection, id: &str) -> Result<Option<OwnerRow>> {
     use rusqlite::OptionalExtension;
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {OWNER_COLUMNS} FROM owner WHERE id = ?1"))?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {} FROM owner WHERE id = ?1",
+        owner_columns(conn)
+    ))?;
     Ok(stmt.query_row([id], owner_row).optional()?)
 }
 
@@ -337,9 +364,14 @@ pub fn forget_dead(tx: &Transaction<'_>, owners: &Owners, owner: &OwnerRow) -> R
 
 /// Removes an owner of another machine or boot once it holds no claim (its claims
 /// were recovered when their leases ran out): its row, and its lock file here when
-/// nothing of this boot holds it.
-pub fn forget_elsewhere(tx: &Transaction<'_>, owners: &Owners, owner: &OwnerRow) -> Result<bool> {
-    if owner.is_of_this_boot() {
+/// nothing of this boot holds it. Never `me`.
+pub fn forget_elsewhere(
+    tx: &Transaction<'_>,
+    owners: &Owners,
+    owner: &OwnerRow,
+    me: &str,
+) -> Result<bool> {
+    if owner.id == me || owner.is_of_this_boot() {
         return Ok(false);
     }
     let removed = remove_if_idle(tx, &owner.id)?;
@@ -446,6 +478,18 @@ mod tests {
             probe(&owners, &row("own_gone", hostname(), None)),
             Liveness::Unknown
         );
+    }
+
+    #[test]
+    fn r4_11_where_the_boot_cannot_be_read_a_row_recording_none_of_this_host_is_of_this_boot() {
+        let mut own = row("own_me", "laptop".into(), None);
+        own.boot_id = None;
+        assert!(own.is_of_boot("", "laptop"), "its own row, without /proc");
+        assert!(!own.is_of_boot("", "another"));
+        own.boot_id = Some("b1".into());
+        assert!(!own.is_of_boot("", "laptop"), "a row that knew its boot");
+        assert!(own.is_of_boot("b1", "whatever"));
+        assert!(!own.is_of_boot("b2", "laptop"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 #[doc(hidden)]
 pub mod context;
+pub mod limits;
 pub mod openai;
 pub mod scripted;
 

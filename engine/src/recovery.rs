@@ -278,13 +278,18 @@ pub fn expire_dead_owners(
 }
 
 /// Removes the owners that hold no claim any more and are gone — proven dead, or
-/// of another machine or boot — with their lock files.
-pub fn forget_dead_owners(tx: &Transaction<'_>, owners: &Owners, dead: &[OwnerRow]) -> Result<()> {
+/// of another machine or boot — with their lock files; never `me`.
+pub fn forget_dead_owners(
+    tx: &Transaction<'_>,
+    owners: &Owners,
+    dead: &[OwnerRow],
+    me: &str,
+) -> Result<()> {
     for owner in dead {
         owner::forget_dead(tx, owners, owner)?;
     }
     for owner in owner::all(tx)? {
-        owner::forget_elsewhere(tx, owners, &owner)?;
+        owner::forget_elsewhere(tx, owners, &owner, me)?;
     }
     Ok(())
 }
@@ -487,7 +492,7 @@ impl Pass {
             crate::failpoint!("recovery.after_commit");
         }
         crate::store::write(conn, |tx| {
-            forget_dead_owners(tx, &self.params.owners, &self.dead)
+            forget_dead_owners(tx, &self.params.owners, &self.dead, &self.params.owner_id)
         })?;
         self.report.duration_ms = self.started.elapsed().as_millis() as u64;
         Ok(self.report)

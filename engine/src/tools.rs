@@ -42,7 +42,7 @@ pub struct ToolContext {
     pub data_dir: Option<PathBuf>,
     /// The guarded path the user allowed this call to touch, exactly as it was
     /// resolved when they were asked ([`reach::located_for_run`]).
-    pub approved: Option<PathBuf>,
+    pub approved: Option<Guarded>,
 }
 
 impl ToolContext {
@@ -266,6 +266,23 @@ impl Permission for Headless {
         };
         Box::pin(async move { decision })
     }
+}
+
+/// `text` with the values of the environment variables `hidden` names (the
+/// provider's API key) replaced by `<redacted>`: a tool that reads them anyway (a
+/// file tool allowed to read `/proc/self/environ`, say) never hands them to the
+/// transcript or the provider.
+pub(crate) fn scrub_secrets(text: String, hidden: &[String]) -> String {
+    let mut text = text;
+    for name in hidden {
+        if let Ok(value) = std::env::var(name)
+            && value.len() >= 4
+            && text.contains(&value)
+        {
+            text = text.replace(&value, "<redacted>");
+        }
+    }
+    text
 }
 
 /// Truncates `text` to at most `limit` bytes on a character boundary, saying so.

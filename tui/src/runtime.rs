@@ -288,13 +288,14 @@ impl EventLoop {
                 }
             }
             Effect::SaveTool { tool } => {
-                if let Some(engine) = &self.engine {
-                    engine.allow_everywhere(&tool);
-                    // File work, off the event loop.
+                if let Some(engine) = self.engine.clone() {
+                    // File work, off the event loop. Every session may use the tool
+                    // without asking only once it is in tools.allow for good.
                     let (path, inbox) = (self.options.config_path.clone(), self.inbox.clone());
                     tokio::task::spawn_blocking(move || {
                         let result =
                             steward_engine::config::save_allowed_tool(&path, &tool).map(|()| {
+                                engine.allow_everywhere(&tool);
                                 format!("saved `{tool}` to tools.allow in {}", path.display())
                             });
                         let _ = inbox.send(Msg::Done(result));

@@ -18,7 +18,6 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use steward_engine::events::Event;
 use steward_engine::inspect::pages::PageRequest;
-use steward_engine::store::rows;
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
 use steward_engine::{Engine, EngineEvent, Error, Outcome, SessionOutcome};
 
@@ -45,7 +44,7 @@ pub struct Agent {
     pub database: PathBuf,
     pub owners: PathBuf,
     /// The read-only view `session/list` pages through, opened at its first use.
-    pub reader: std::sync::Mutex<Option<steward_engine::inspect::Reader>>,
+    pub reader: Arc<std::sync::Mutex<Option<steward_engine::inspect::Reader>>>,
 }
 
 /// What follows an answer.
@@ -107,7 +106,13 @@ impl Agent {
         Ok(match method {
             "initialize" => Accepted::Initialize(Box::new(params(p)?)),
             "session/new" => Accepted::New(params(p)?),
-            "session/load" => Accepted::Load(params(p)?),
+            "session/load" => {
+                let request: LoadSessionRequest = params(p)?;
+                // Open (and loading) from the moment it arrives: a prompt right
+                // behind it is taken, and runs once the load has answered.
+                self.views.begin_load(&request.session_id.0);
+                Accepted::Load(request)
+            }
             "session/list" => Accepted::List(params(p)?),
             "session/prompt" => {
                 let request: PromptRequest = params(p)?;
@@ -218,31 +223,15 @@ impl Agent {
     /// left of it. Its due wake starts after the answer ([`Agent::follow_up`]).
     async fn load(&self, request: LoadSessionRequest) -> Result<Value, Failure> {
         let id = request.session_id.0.to_string();
-        let exists = {
-            let id = id.clone();
-            self.engine
-                .db()
-                .read(move |conn| Ok(rows::session(conn, &id)?.is_some()))
-                .await
-                .map_err(engine_failure)?
-        };
-        if !exists {
-            return Err(engine_failure(Error::NotFound {
-                kind: "session",
-                id,
-            }));
-        }
-        self.views.begin_load(&id);
         let loaded = async {
+            if !self.engine.session_exists(&id).await? {
+                return Err(Error::NotFound {
+                    kind: "session",
+                    id: id.clone(),
+                });
+            }
             self.engine.recover_if_due().await?;
-            let id = id.clone();
-            self.engine
-                .db()
-                .read(move |conn| {
-                    let through = steward_engine::store::events::next_seq(conn, &id)? - 1;
-                    Ok((rows::messages(conn, &id)?, through))
-                })
-                .await
+            self.engine.transcript(&id).await
         }
         .await;
         let (messages, through) = match loaded {
@@ -256,54 +245,23 @@ impl Agent {
         to_value(LoadSessionResponse::new())
     }
 
+    /// Lists sessions through the connection's read-only reader, on a blocking
+    /// thread: its SQLite reads (and, at its first use, the check of the file) never
+    /// hold one of the runtime's workers.
     async fn list(&self, request: ListSessionsRequest) -> Result<Value, Failure> {
         let cwd = request.cwd.as_deref().map(directory_key).transpose()?;
         let cwd = cwd.map(|c| c.to_string_lossy().into_owned());
-        // One reader for the connection's life: the file is checked once, not at
-        // every list.
-        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(
-                steward_engine::inspect::Reader::open(&self.database, &self.owners)
-                    .map_err(engine_failure)?,
-            );
-        }
-        let reader = slot.as_mut().expect("opened above");
-        if let Some(cursor) = &request.cursor
-            && reader.session(cursor).map_err(engine_failure)?.is_none()
-        {
-            return Err((INVALID_PARAMS, format!("invalid cursor {cursor}")));
-        }
-        let mut page = PageRequest {
-            after: request.cursor,
-            // Narrows the pages read; the exact match is below.
-            filter: cwd.clone(),
-            ..PageRequest::first(LIST_PAGE)
-        };
-        let now = steward_engine::clock::SystemClock::new();
-        let mut sessions = Vec::new();
-        // With a cwd filter, keep reading pages until one is full or none are left.
-        let more = loop {
-            let rows = reader
-                .sessions(steward_engine::clock::Clock::now_ms(&now), &page)
-                .map_err(engine_failure)?;
-            let full = rows.len() == LIST_PAGE;
-            page.after = rows.last().map(|s| s.id.clone());
-            for s in rows {
-                if cwd.as_ref().is_none_or(|c| *c == s.directory) {
-                    sessions.push(
-                        SessionInfo::new(s.id, PathBuf::from(&s.directory))
-                            .title(s.title)
-                            .updated_at(rfc3339(s.time_updated)),
-                    );
-                }
-            }
-            if sessions.len() >= LIST_PAGE || !full {
-                break full;
-            }
-        };
-        let next = more.then(|| page.after.clone()).flatten();
-        to_value(ListSessionsResponse::new(sessions).next_cursor(next))
+        let (reader, database, owners) = (
+            self.reader.clone(),
+            self.database.clone(),
+            self.owners.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let mut slot = reader.lock().unwrap_or_else(|e| e.into_inner());
+            list_sessions(&mut slot, &database, &owners, cwd, request.cursor)
+        })
+        .await
+        .map_err(|e| (INTERNAL_ERROR, format!("listing sessions failed: {e}")))?
     }
 
     /// Runs a turn: the prompt is admitted (with the session's claim, in one
@@ -312,18 +270,14 @@ impl Agent {
     async fn prompt(&self, request: PromptRequest, turn: TurnGuard) -> Result<Value, Failure> {
         let session = request.session_id.0.to_string();
         let text = prompt_text(&request.prompt)?;
+        // A prompt sent right behind a load of its session runs after the load.
+        tokio::select! {
+            loaded = self.views.after_loads(&session) => loaded?,
+            () = turn.turn.wait_cancelled() => return to_value(PromptResponse::new(StopReason::Cancelled)),
+        }
         let before = self
             .engine
-            .db()
-            .read({
-                let session = session.clone();
-                move |conn| {
-                    Ok(rows::messages_before(conn, &session, None, 1)?
-                        .last()
-                        .map(|m| m.seq)
-                        .unwrap_or(-1))
-                }
-            })
+            .last_seq(&session)
             .await
             .map_err(engine_failure)?;
         self.views.expect_prompt(&session, &text);
@@ -363,6 +317,30 @@ impl Agent {
                 }
             }
         };
+        // Another process held the session when this one went to run the prompt it
+        // had admitted: that process takes it up (pending inputs run before it lets
+        // go of the session), and its turn streams here from the file. The answer
+        // waits for it, as for a turn run here.
+        let outcome = match outcome {
+            Some(SessionOutcome::Busy { owner_id }) => {
+                tracing::info!(%session, %owner_id, "the admitted prompt runs in another process");
+                let mut check = tokio::time::interval(std::time::Duration::from_millis(250));
+                loop {
+                    tokio::select! {
+                        _ = check.tick() => {
+                            if self.engine.input_done(&session, &input.id).await.map_err(engine_failure)? {
+                                break Some(SessionOutcome::Ran(Outcome::Idle));
+                            }
+                        }
+                        () = turn.turn.wait_cancelled() => {
+                            // The process running it is not this one to cancel.
+                            break Some(SessionOutcome::Ran(Outcome::Cancelled));
+                        }
+                    }
+                }
+            }
+            other => other,
+        };
         if outcome == Some(SessionOutcome::Stopped) {
             // Steward is shutting down: its recovery closes the turn; the client
             // hears of that before the answer.
@@ -373,17 +351,7 @@ impl Agent {
         // What a cancellation or a failure closed without an event of its own.
         let turn_messages = self
             .engine
-            .db()
-            .read({
-                let session = session.clone();
-                move |conn| {
-                    let all = rows::messages(conn, &session)?;
-                    Ok(all
-                        .into_iter()
-                        .filter(|m| m.seq > before)
-                        .collect::<Vec<_>>())
-                }
-            })
+            .messages_after(&session, before)
             .await
             .map_err(engine_failure)?;
         self.views.settle(&session, &turn_messages);
@@ -455,6 +423,58 @@ impl Agent {
         drop(turn);
         to_value(PromptResponse::new(stop))
     }
+}
+
+/// A page of sessions (of `cwd`, when given) after `cursor`, most recently active
+/// first, read through the connection's one reader (opened at its first use, so
+/// the file is checked once, not at every list).
+fn list_sessions(
+    slot: &mut Option<steward_engine::inspect::Reader>,
+    database: &Path,
+    owners: &Path,
+    cwd: Option<String>,
+    cursor: Option<String>,
+) -> Result<Value, Failure> {
+    if slot.is_none() {
+        *slot =
+            Some(steward_engine::inspect::Reader::open(database, owners).map_err(engine_failure)?);
+    }
+    let reader = slot.as_mut().expect("opened above");
+    if let Some(cursor) = &cursor
+        && reader.session(cursor).map_err(engine_failure)?.is_none()
+    {
+        return Err((INVALID_PARAMS, format!("invalid cursor {cursor}")));
+    }
+    let mut page = PageRequest {
+        after: cursor,
+        // Narrows the pages read; the exact match is below.
+        filter: cwd.clone(),
+        ..PageRequest::first(LIST_PAGE)
+    };
+    let now = steward_engine::clock::SystemClock::new();
+    let mut sessions = Vec::new();
+    // With a cwd filter, keep reading pages until one is full or none are left.
+    let more = loop {
+        let rows = reader
+            .sessions(steward_engine::clock::Clock::now_ms(&now), &page)
+            .map_err(engine_failure)?;
+        let full = rows.len() == LIST_PAGE;
+        page.after = rows.last().map(|s| s.id.clone());
+        for s in rows {
+            if cwd.as_ref().is_none_or(|c| *c == s.directory) {
+                sessions.push(
+                    SessionInfo::new(s.id, PathBuf::from(&s.directory))
+                        .title(s.title)
+                        .updated_at(rfc3339(s.time_updated)),
+                );
+            }
+        }
+        if sessions.len() >= LIST_PAGE || !full {
+            break full;
+        }
+    };
+    let next = more.then(|| page.after.clone()).flatten();
+    to_value(ListSessionsResponse::new(sessions).next_cursor(next))
 }
 
 /// Whether the turn ended in a user's cancellation: its last message is a
@@ -674,7 +694,7 @@ mod turn_tests {
         std::fs::create_dir_all(&data).unwrap();
         let database = data.join("steward.db");
         let (out, received) = tokio::sync::mpsc::unbounded_channel();
-        let outbox = Outbox::new(out);
+        let outbox = Outbox::new(out, Arc::default());
         let (views, forwarding) = Views::new(outbox.clone());
         let engine = Engine::start(EngineOptions {
             db: Db::open(&database, clock.as_ref()).unwrap(),
@@ -694,23 +714,22 @@ mod turn_tests {
         })
         .await
         .unwrap();
-        let coordinator = engine.coordinator().clone();
+        let engine = Arc::new(engine);
         tokio::spawn(super::super::views::forward(
             views.clone(),
-            engine.db().clone(),
+            engine.clone(),
             engine.subscribe(),
             forwarding,
-            move |session: &str| coordinator.is_running(session),
         ));
         let (_done, shut_down) = tokio::sync::watch::channel(false);
         let agent = Agent {
-            engine: Arc::new(engine),
+            engine,
             outbox,
             views,
             shut_down,
             database,
             owners: data.join("owners"),
-            reader: std::sync::Mutex::new(None),
+            reader: Arc::default(),
         };
         (Arc::new(agent), received)
     }
@@ -1007,7 +1026,7 @@ mod turn_tests {
             .db()
             .read({
                 let session = session.clone();
-                move |c| rows::messages(c, &session)
+                move |c| steward_engine::store::rows::messages(c, &session)
             })
             .await
             .unwrap();

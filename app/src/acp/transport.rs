@@ -24,7 +24,14 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// The longest line read (a prompt with a large file pasted in fits many times).
-pub const MAX_LINE: usize = 64 * 1024 * 1024;
+pub const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// Messages read and not yet taken: past this, stdin is not read until some are.
+pub const INCOMING: usize = 32;
+
+/// Messages written to stdout may wait this many deep before producers of updates
+/// wait for the client to read ([`Outbox::ready`]).
+pub const OUTGOING: usize = 1024;
 
 /// One message from the client.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,10 +136,12 @@ pub fn notification(method: &str, params: Value) -> Value {
 }
 
 /// Reads lines from `input` until EOF, sending each parsed message. A line longer
-/// than [`MAX_LINE`] is answered with a parse error and skipped.
+/// than [`MAX_LINE`] is answered with a parse error and skipped (the rest of it is
+/// read and dropped, never held). The channel is bounded: while it is full, stdin
+/// is not read.
 pub async fn read_messages(
     mut input: impl AsyncBufRead + Unpin,
-    messages: mpsc::UnboundedSender<Incoming>,
+    messages: mpsc::Sender<Incoming>,
 ) -> std::io::Result<()> {
     let mut line = Vec::new();
     loop {
@@ -174,22 +183,61 @@ pub async fn read_messages(
             }
             parse(trimmed)
         };
-        if messages.send(incoming).is_err() {
+        if messages.send(incoming).await.is_err() {
             return Ok(());
         }
     }
 }
 
-/// Writes every message it is given, one line each, until the channel closes.
+/// How many messages wait to be written, shared by the [`Outbox`] and the writer:
+/// what producers of updates wait on when the client does not read.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    queued: std::sync::atomic::AtomicUsize,
+    room: tokio::sync::Notify,
+}
+
+impl Backlog {
+    fn sent(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn written(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.room.notify_waiters();
+    }
+
+    /// Messages waiting to be written.
+    pub fn len(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+}
+
+/// Writes every message it is given, one line each, until the channel closes. What
+/// is waiting is written in one go and flushed once: a burst (a transcript replayed)
+/// costs a few large writes, and a lone update still goes out at once.
 pub async fn write_messages(
-    mut output: impl AsyncWrite + Unpin,
+    output: impl AsyncWrite + Unpin,
     mut messages: mpsc::UnboundedReceiver<Value>,
+    backlog: Arc<Backlog>,
 ) -> std::io::Result<()> {
+    let mut output = tokio::io::BufWriter::with_capacity(256 * 1024, output);
+    let mut line = Vec::new();
     while let Some(message) = messages.recv().await {
-        let mut line = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        output.write_all(&line).await?;
+        let mut written = 0;
+        let mut next = Some(message);
+        while let Some(message) = next.take() {
+            line.clear();
+            serde_json::to_writer(&mut line, &message).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+            output.write_all(&line).await?;
+            written += 1;
+            if written < OUTGOING {
+                next = messages.try_recv().ok();
+            }
+        }
         output.flush().await?;
+        backlog.written(written);
     }
     Ok(())
 }
@@ -202,6 +250,7 @@ type Answer = oneshot::Sender<Result<Value, Value>>;
 #[derive(Debug, Clone)]
 pub struct Outbox {
     out: mpsc::UnboundedSender<Value>,
+    backlog: Arc<Backlog>,
     next_id: Arc<AtomicI64>,
     /// Requests sent and not yet answered; `None` once nobody waits any more (the
     /// turn was cancelled), so that the late answer is known as ours.
@@ -224,16 +273,35 @@ impl Drop for Waiting<'_> {
 }
 
 impl Outbox {
-    pub fn new(out: mpsc::UnboundedSender<Value>) -> Outbox {
+    /// An outbox whose messages the writer takes from `out`, accounting in `backlog`.
+    pub fn new(out: mpsc::UnboundedSender<Value>, backlog: Arc<Backlog>) -> Outbox {
         Outbox {
             out,
+            backlog,
             next_id: Arc::new(AtomicI64::new(0)),
             pending: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
+    /// Queues a message for the writer. Never waits: producers of many messages
+    /// wait for room first ([`Outbox::ready`]).
     pub fn send(&self, message: Value) {
-        let _ = self.out.send(message);
+        if self.out.send(message).is_ok() {
+            self.backlog.sent();
+        }
+    }
+
+    /// Waits until fewer than [`OUTGOING`] messages wait to be written: a client
+    /// that stops reading slows the producers of updates down instead of growing
+    /// the queue. Returns at once when the writer is gone.
+    pub async fn ready(&self) {
+        loop {
+            let room = self.backlog.room.notified();
+            if self.backlog.len() < OUTGOING || self.out.is_closed() {
+                return;
+            }
+            room.await;
+        }
     }
 
     pub fn notify(&self, method: &str, params: Value) {
@@ -294,15 +362,21 @@ impl Outbox {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+    use tokio::io::AsyncReadExt;
 
     async fn read_all(bytes: &[u8]) -> Vec<Incoming> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mpsc::channel(1024);
         read_messages(bytes, tx).await.unwrap();
         let mut out = Vec::new();
         while let Ok(m) = rx.try_recv() {
             out.push(m);
         }
         out
+    }
+
+    fn outbox() -> (Outbox, mpsc::UnboundedReceiver<Value>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Outbox::new(tx, Arc::default()), rx)
     }
 
     fn request(id: i64, method: &str) -> Incoming {
@@ -343,7 +417,7 @@ mod tests {
             ],
             0,
         );
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mpsc::channel(8);
         read_messages(tokio::io::BufReader::new(pieces), tx)
             .await
             .unwrap();
@@ -401,8 +475,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_response_is_routed_to_its_request_and_a_stray_one_is_dropped() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let outbox = Outbox::new(tx);
+        let (outbox, mut rx) = outbox();
         let asking = {
             let outbox = outbox.clone();
             tokio::spawn(async move {
@@ -423,8 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_to_a_request_nobody_waits_for_is_known_as_ours_once() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let outbox = Outbox::new(tx);
+        let (outbox, mut rx) = outbox();
         {
             let asking = outbox.request("session/request_permission", json!({}));
             tokio::pin!(asking);
@@ -452,13 +524,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn producers_wait_while_the_client_does_not_read_and_go_on_when_it_does() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog::default());
+        let outbox = Outbox::new(tx, backlog.clone());
+        for i in 0..OUTGOING {
+            outbox.send(json!({"n": i}));
+        }
+        // Nobody writes: a producer waits.
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), outbox.ready());
+        assert!(waiting.await.is_err(), "the backlog grew without bound");
+        // A pipe the client reads: everything goes out, and producers carry on.
+        let (client, mut pipe) = tokio::io::duplex(64 * 1024);
+        let writer = tokio::spawn(write_messages(client, rx, backlog.clone()));
+        let mut read = Vec::new();
+        let reading = tokio::spawn(async move {
+            let _ = pipe.read_to_end(&mut read).await;
+            read
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(5), outbox.ready())
+            .await
+            .expect("room once the client reads");
+        drop(outbox);
+        writer.await.unwrap().unwrap();
+        let read = reading.await.unwrap();
+        assert_eq!(read.iter().filter(|b| **b == b'\n').count(), OUTGOING);
+        assert_eq!(backlog.len(), 0);
+    }
+
+    #[tokio::test]
     async fn the_writer_writes_one_line_per_message() {
         let (tx, rx) = mpsc::unbounded_channel();
         tx.send(json!({"a": 1})).unwrap();
         tx.send(json!({"b": "two\nlines"})).unwrap();
         drop(tx);
         let mut out = Vec::new();
-        write_messages(&mut out, rx).await.unwrap();
+        write_messages(&mut out, rx, Arc::default()).await.unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"a\":1}\n{\"b\":\"two\\nlines\"}\n"

@@ -13,12 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_client_protocol_schema::v1::{SessionNotification, SessionUpdate};
-use steward_engine::EngineEvent;
-use steward_engine::db::Db;
 use steward_engine::events::{Event, EventRecord};
 use steward_engine::message::MessageData;
 use steward_engine::projection::MessageRow;
-use steward_engine::store::rows;
+use steward_engine::{Engine, EngineEvent};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -79,6 +77,9 @@ struct View {
     turn: Option<Arc<Turn>>,
     /// The client was sent the session (created, or a load finished).
     opened: bool,
+    /// Events of it may have been lost to a lagging channel: the next catch-up reads
+    /// them from the file, whoever runs the session.
+    missed: bool,
     /// Prompts the client sent that were not promoted yet, with how many agent
     /// chunks had been sent then.
     prompts: Vec<(String, u64)>,
@@ -98,6 +99,8 @@ pub struct Views {
     outbox: Outbox,
     views: Mutex<HashMap<String, View>>,
     barriers: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    /// Rung whenever a load ends (finished or abandoned).
+    loads_ended: tokio::sync::Notify,
 }
 
 /// The other end of [`Views`]: what the forwarder reads.
@@ -112,6 +115,7 @@ impl Views {
             outbox,
             views: Mutex::new(HashMap::new()),
             barriers,
+            loads_ended: tokio::sync::Notify::new(),
         });
         (views, Forwarding { barriers: receiver })
     }
@@ -120,9 +124,26 @@ impl Views {
         self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the client created or loaded the session.
+    /// Whether the client created the session or a load of it has answered: what
+    /// lets the engine run its wakes and ask about its tools (protocol §5.1: a
+    /// loaded session's wake starts after the load).
     pub fn is_open(&self, session: &str) -> bool {
-        self.lock().contains_key(session)
+        self.lock().get(session).is_some_and(|v| v.opened)
+    }
+
+    /// Waits until no load of the session is in progress: a prompt that arrived
+    /// while it loaded runs after it. Refused when the session is not open then
+    /// (its load failed).
+    pub async fn after_loads(&self, session: &str) -> Result<(), Failure> {
+        loop {
+            let ended = self.loads_ended.notified();
+            match self.lock().get(session) {
+                Some(view) if view.loading == 0 && view.opened => return Ok(()),
+                Some(view) if view.loading > 0 => {}
+                _ => return Err(not_open(session)),
+            }
+            ended.await;
+        }
     }
 
     /// A session the client just created (its events so far, through `through`,
@@ -138,13 +159,34 @@ impl Views {
         );
     }
 
-    /// The sessions open and not loading, with the last seq each was sent.
-    fn watched(&self) -> Vec<(String, i64)> {
+    /// The sessions open and not loading, with the last seq each was sent and
+    /// whether events of it were missed.
+    fn watched(&self) -> Vec<(String, i64, bool)> {
         self.lock()
             .iter()
             .filter(|(_, v)| v.loading == 0)
-            .map(|(id, v)| (id.clone(), v.shown_through))
+            .map(|(id, v)| (id.clone(), v.shown_through, v.missed))
             .collect()
+    }
+
+    /// Events were lost to a lagging channel: every session's next catch-up reads
+    /// the file.
+    fn missed_events(&self) {
+        for view in self.lock().values_mut() {
+            view.missed = true;
+        }
+    }
+
+    fn caught_up(&self, session: &str) {
+        if let Some(view) = self.lock().get_mut(session) {
+            view.missed = false;
+        }
+    }
+
+    /// Waits until the client has read enough of what was sent (the outbox has
+    /// room): what produces many updates waits here.
+    pub async fn ready(&self) {
+        self.outbox.ready().await;
     }
 
     /// Starts loading a session: events arriving from now on are held until its
@@ -160,6 +202,7 @@ impl Views {
         let Some(view) = views.get_mut(session) else {
             return;
         };
+        let _ended = LoadEnded(&self.loads_ended);
         view.loading = view.loading.saturating_sub(1);
         view.opened = true;
         view.stream = Stream::default();
@@ -181,6 +224,7 @@ impl Views {
         let Some(view) = views.get_mut(session) else {
             return;
         };
+        let _ended = LoadEnded(&self.loads_ended);
         view.loading = view.loading.saturating_sub(1);
         if view.loading == 0 {
             if !view.opened {
@@ -215,10 +259,7 @@ impl Views {
     pub fn begin_turn(self: &Arc<Self>, session: &str) -> Result<TurnGuard, Failure> {
         let mut views = self.lock();
         let Some(view) = views.get_mut(session) else {
-            return Err((
-                RESOURCE_NOT_FOUND,
-                format!("session {session} is not open: session/new or session/load it first"),
-            ));
+            return Err(not_open(session));
         };
         if view.turn.is_some() {
             return Err((
@@ -322,6 +363,23 @@ impl Views {
     }
 }
 
+/// Rings the load-ended bell when a load's bookkeeping is done (the lock is
+/// released after it: waiters look again once they get it).
+struct LoadEnded<'a>(&'a tokio::sync::Notify);
+
+impl Drop for LoadEnded<'_> {
+    fn drop(&mut self) {
+        self.0.notify_waiters();
+    }
+}
+
+fn not_open(session: &str) -> Failure {
+    (
+        RESOURCE_NOT_FOUND,
+        format!("session {session} is not open: session/new or session/load it first"),
+    )
+}
+
 /// The message an event closed (or wrote) on the engine's own account: a failed
 /// step, a cancellation, a recovery, a promoted continuation.
 fn ending_of(record: &EventRecord) -> Option<String> {
@@ -356,43 +414,51 @@ fn ending_of(record: &EventRecord) -> Option<String> {
 /// Events of sessions the client did not open are skipped without a read.
 pub async fn forward(
     views: Arc<Views>,
-    db: Db,
+    engine: Arc<Engine>,
     mut events: broadcast::Receiver<EngineEvent>,
     forwarding: Forwarding,
-    runs_here: impl Fn(&str) -> bool + Send + Sync,
 ) {
+    let db = &*engine;
     let mut barriers = forwarding.barriers;
     // Other processes' writes ring the data directory's doorbell; a slow poll
     // covers a missed ring (or a platform that cannot watch).
     let bell = Arc::new(tokio::sync::Notify::new());
-    let _watcher = db
-        .path()
+    let _watcher = engine
+        .database()
         .and_then(|p| p.parent())
         .and_then(|dir| steward_engine::doorbell::watch(dir, bell.clone()));
     let mut poll = tokio::time::interval(POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A session running here sends its events on the channel: only the others are
+    // read from the file — and any whose events a lagging channel lost.
+    let others = |s: &str, missed: bool| missed || !engine.is_running(s);
     loop {
+        // A client that does not read slows this loop down; the engine's channel
+        // then lags, and what it lost is read from the file: nothing is dropped,
+        // nothing grows.
+        views.ready().await;
         tokio::select! {
             biased;
             event = events.recv() => match event {
-                Ok(event) => take(&views, &db, event).await,
+                Ok(event) => take(&views, db, event).await,
                 Err(RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "session updates lagged; reading them from the file");
-                    catch_up(&views, &db, &|_| true).await;
+                    views.missed_events();
+                    catch_up(&views, db, &|_, _| true).await;
                 }
                 Err(RecvError::Closed) => return,
             },
-            // A session running here sends its events on the channel: only the
-            // others are read.
-            _ = bell.notified() => catch_up(&views, &db, &|s| !runs_here(s)).await,
-            _ = poll.tick() => catch_up(&views, &db, &|s| !runs_here(s)).await,
+            _ = bell.notified() => catch_up(&views, db, &others).await,
+            _ = poll.tick() => catch_up(&views, db, &others).await,
             Some(done) = barriers.recv() => {
                 // Everything sent before the barrier is in the channel by now.
                 loop {
                     match events.try_recv() {
-                        Ok(event) => take(&views, &db, event).await,
+                        Ok(event) => take(&views, db, event).await,
                         Err(TryRecvError::Lagged(n)) => {
-                            tracing::warn!(missed = n, "session updates lagged; a turn's end settles its tools");
+                            tracing::warn!(missed = n, "session updates lagged; reading them from the file");
+                            views.missed_events();
+                            catch_up(&views, db, &|_, _| true).await;
                         }
                         Err(_) => break,
                     }
@@ -406,19 +472,15 @@ pub async fn forward(
 /// How often the opened sessions are read for writes the doorbell did not ring for.
 const POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Reads what the opened sessions `which` accepts got from other processes (or
-/// lost to a lagging channel) and shows it.
-async fn catch_up(views: &Views, db: &Db, which: &(dyn Fn(&str) -> bool + Sync)) {
-    for (session, after) in views.watched() {
-        if !which(&session) {
+/// Reads what the opened sessions `which` accepts (by id, and whether events of it
+/// were missed) got from other processes, or lost to a lagging channel, and shows it.
+async fn catch_up(views: &Views, db: &Engine, which: &(dyn Fn(&str, bool) -> bool + Sync)) {
+    for (session, after, missed) in views.watched() {
+        if !which(&session, missed) {
             continue;
         }
-        let read = db
-            .read({
-                let session = session.clone();
-                move |conn| steward_engine::store::events::load_after(conn, &session, after)
-            })
-            .await;
+        views.caught_up(&session);
+        let read = db.events_after(&session, after).await;
         match read {
             Ok(records) => {
                 for record in records {
@@ -426,13 +488,14 @@ async fn catch_up(views: &Views, db: &Db, which: &(dyn Fn(&str) -> bool + Sync))
                 }
             }
             Err(e) => {
+                views.missed_events();
                 tracing::warn!(session = %session, error = %e, "cannot read the session's new events")
             }
         }
     }
 }
 
-async fn take(views: &Views, db: &Db, event: EngineEvent) {
+async fn take(views: &Views, db: &Engine, event: EngineEvent) {
     let EngineEvent::Committed(record) = event else {
         return;
     };
@@ -442,9 +505,9 @@ async fn take(views: &Views, db: &Db, event: EngineEvent) {
     arrive(views, db, record).await;
 }
 
-async fn arrive(views: &Views, db: &Db, record: EventRecord) {
+async fn arrive(views: &Views, db: &Engine, record: EventRecord) {
     let ending = match ending_of(&record) {
-        Some(id) => match db.read(move |conn| rows::message(conn, &id)).await {
+        Some(id) => match db.message(&id).await {
             Ok(message) => message,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a message to show");

@@ -15,6 +15,7 @@ use steward_engine::store::Store;
 use steward_tui::app::Launch;
 
 use crate::context::{Context, runtime};
+use crate::output::say;
 
 pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
@@ -86,7 +87,7 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
         )?;
     let (leave, stopped) = leave;
     if stopped > 0 && leave == steward_tui::Leave::Quit {
-        eprintln!(
+        say!(
             "steward: {stopped} running turn{} stopped and reconciled; they continue at the next launch",
             if stopped == 1 { " was" } else { "s were" }
         );

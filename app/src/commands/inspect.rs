@@ -11,7 +11,7 @@ use anyhow::Result;
 use steward_engine::clock::SharedClock;
 use steward_engine::inspect::{Reader, Snapshot};
 
-use crate::output::out;
+use crate::output::{out, say};
 use crate::paths::Paths;
 
 pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Result<ExitCode> {
@@ -19,7 +19,7 @@ pub fn run(paths: &Paths, clock: &SharedClock, json: bool, mouse: bool) -> Resul
     // command does (exit 3).
     let mut reader = Reader::open_even_if_damaged(&paths.database, &paths.owners)?;
     if let Some(reason) = reader.damaged() {
-        eprintln!("steward: warning: {reason}; showing what can still be read");
+        say!("steward: warning: {reason}; showing what can still be read");
     }
     let terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !json && terminal {

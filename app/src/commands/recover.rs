@@ -18,7 +18,7 @@ use steward_engine::tools::Headless;
 
 use crate::context::{Context, runtime};
 
-use crate::output::out;
+use crate::output::{out, say};
 
 pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<ExitCode> {
     let permission = Arc::new(Headless { allow_all: false });
@@ -33,12 +33,12 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
             let redrive = engine.redrive_wakes().await?;
             report.wakes = redrive.report;
             if !ctx.config.recovery.auto_continue {
-                eprintln!(
+                say!(
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
                 );
             }
             for session in &redrive.sessions {
-                eprintln!("continuing {session}…");
+                say!("continuing {session}…");
             }
             for session in &redrive.sessions {
                 let outcome = engine.wait_idle(session).await;
@@ -54,7 +54,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 if !ok {
                     report.wakes.failed += 1;
                 }
-                eprintln!("{session}: {}", describe(outcome.as_ref()));
+                say!("{session}: {}", describe(outcome.as_ref()));
             }
         }
         if json {
@@ -70,7 +70,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
         // A wake that did not run to its end (a full disk, a session held
         // elsewhere) stays pending: say so in the exit code too.
         if report.wakes.failed > 0 {
-            eprintln!(
+            say!(
                 "steward: {} woken session{} did not finish (see above)",
                 report.wakes.failed,
                 if report.wakes.failed == 1 { "" } else { "s" },
@@ -118,6 +118,13 @@ fn print_pass(report: &RecoveryReport) {
             q.session_id,
             q.reason
         );
+        for p in &q.stopped_processes {
+            out!(
+                "    stopped the leftover process group {} of tool call {}",
+                p.pgid,
+                p.call_id
+            );
+        }
     }
 }
 

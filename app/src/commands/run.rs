@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::{Context, runtime};
 use crate::exit;
 
-use crate::output::out;
+use crate::output::{out, say};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -72,7 +72,7 @@ fn interrupt_handler() -> Result<CancellationToken> {
         signals.recv().await;
         first.cancel();
         signals.recv().await;
-        eprintln!(
+        say!(
             "\nsteward: interrupted again: leaving now (the turn is reconciled at the next launch)"
         );
         std::process::exit(i32::from(exit::INTERRUPTED));
@@ -90,7 +90,7 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
     // their wakes are left for an entry point that runs them.
     engine.start_background(Redriving::Nothing);
     if !report.recovered.is_empty() && !args.json {
-        eprintln!(
+        say!(
             "steward: reconciled {} interrupted execution{} (see `steward inspect`)",
             report.recovered.len(),
             if report.recovered.len() == 1 { "" } else { "s" }
@@ -100,7 +100,7 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
     // Subscribed before the prompt is admitted: no event of the turn is missed.
     let mut events = engine.subscribe();
     if interrupt.is_cancelled() {
-        eprintln!("steward: cancelled before the prompt was admitted");
+        say!("steward: cancelled before the prompt was admitted");
         return Ok(ExitCode::from(exit::INTERRUPTED));
     }
     // Admitted and claimed in one transaction (a new session created in it too):
@@ -154,7 +154,7 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
         }
     };
     if !args.json {
-        eprintln!("session {session_id}");
+        say!("session {session_id}");
     }
     let mut printer = Printer {
         json: args.json,
@@ -229,9 +229,9 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
             json!({"type": "run.finished", "session_id": session_id, "outcome": label, "error": detail})
         );
     } else if let Some(detail) = detail.as_ref().filter(|_| !printer.shown_failure) {
-        eprintln!("steward: {detail}");
+        say!("steward: {detail}");
     } else if interrupted {
-        eprintln!("steward: cancelled");
+        say!("steward: cancelled");
     }
     Ok(ExitCode::from(code))
 }
@@ -275,22 +275,22 @@ impl Printer {
             Event::ToolCalled { tool, input, .. } => {
                 self.end_line();
                 let clean = steward_engine::printable::clean;
-                eprintln!("→ {} {}", clean(tool), clean(&input.to_string()));
+                say!("→ {} {}", clean(tool), clean(&input.to_string()));
             }
             Event::ToolCompleted { output, .. } => {
                 let lines = output.lines().count();
-                eprintln!(
+                say!(
                     "  ✓ done ({lines} line{} of output)",
                     if lines == 1 { "" } else { "s" }
                 );
             }
             Event::ToolFailed { error, .. } => {
-                eprintln!("  ✗ {}", steward_engine::printable::clean(error));
+                say!("  ✗ {}", steward_engine::printable::clean(error));
             }
             Event::StepFailed { error, .. } => {
                 self.printable = Default::default();
                 self.end_line();
-                eprintln!(
+                say!(
                     "steward: the step failed: {}",
                     steward_engine::printable::clean(&error.message)
                 );

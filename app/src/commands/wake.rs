@@ -15,6 +15,7 @@ use steward_engine::tools::Headless;
 
 use crate::commands::recover::describe;
 use crate::context::{Context, runtime};
+use crate::output::say;
 
 pub fn run(ctx: &Context, store: Store, execution_id: String) -> Result<ExitCode> {
     runtime()?.block_on(async move {
@@ -32,9 +33,9 @@ async fn act(engine: &steward_engine::Engine, execution_id: &str) -> Result<Exit
     engine.start_background(Redriving::Nothing);
     let continued = engine.continue_execution(execution_id).await?;
     let session = continued.session_id;
-    eprintln!("continuing {session}…");
+    say!("continuing {session}…");
     let outcome = engine.wait_idle(&session).await;
-    eprintln!("{session}: {}", describe(outcome.as_ref()));
+    say!("{session}: {}", describe(outcome.as_ref()));
     Ok(match outcome {
         Some(SessionOutcome::Ran(Outcome::Idle)) | None => ExitCode::SUCCESS,
         Some(SessionOutcome::Busy { .. }) => ExitCode::from(crate::exit::BUSY),

@@ -155,6 +155,7 @@ impl Due {
 impl Loop {
     async fn run(self, stop: CancellationToken) {
         let mut failed: u32 = 0;
+        let mut last_failure: Option<std::time::Instant> = None;
         let mut seen = self.due.db.store_failures();
         loop {
             let ticked = self.tick().await;
@@ -173,16 +174,18 @@ impl Loop {
             // wakes a pass started met a full disk), is retried after a pause that
             // doubles up to the fallback poll, whatever rings meanwhile: failed
             // writes ring the doorbell too, and a due claim or wake would otherwise
-            // make it retry at once, for ever.
+            // make it retry at once, for ever. The pause shrinks back only after a
+            // quiet fallback poll's worth of time.
             let failures = self.due.db.store_failures();
             if ticked.is_err() || failures != seen {
                 failed = failed.saturating_add(1);
+                last_failure = Some(std::time::Instant::now());
                 let pause = RETRY.saturating_mul(1 << (failed - 1).min(8)).min(POLL);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(pause) => {}
                 }
-            } else {
+            } else if last_failure.is_none_or(|at| at.elapsed() >= POLL) {
                 failed = 0;
             }
             seen = failures;

@@ -379,7 +379,7 @@ pub fn owners(
         "SELECT {} FROM owner
          WHERE id {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR hostname LIKE ?2 ESCAPE '\\')
          ORDER BY id {dir} LIMIT ?3",
-        owner::OWNER_COLUMNS
+        owner::owner_columns(conn)
     ))?;
     let rows = stmt.query_map(params![bound, page.like(), page.limit()], owner::owner_row)?;
     let rows = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);

@@ -260,6 +260,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn r4_11_a_file_written_before_owner_hosts_were_recorded_is_read_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steward.db");
+        let clock = crate::clock::ManualClock::new(1_000);
+        let store = crate::store::Store::open_with(&path, &MIGRATIONS[..3], &clock).unwrap();
+        store
+            .conn()
+            .execute("INSERT INTO owner VALUES ('own_old', 1, 'h', 0, NULL)", [])
+            .unwrap();
+        // `inspect` never migrates: it reads the older schema as it is.
+        let mut reader = Reader::open(&path, &dir.path().join("owners")).unwrap();
+        let snapshot = reader.snapshot(1_000).unwrap();
+        assert_eq!(snapshot.owners.len(), 1);
+        assert_eq!(
+            reader.owners(&PageRequest::first(10)).unwrap()[0].0.boot_id,
+            None
+        );
+    }
+
+    #[test]
     fn counts_follow_commits_made_by_other_connections() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("steward.db");

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::config::ProviderConfig;
 use crate::message::{Finish, Usage};
+use crate::provider::limits::{self, Limits};
 use crate::provider::{
     ChatMessage, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream,
     StreamSender, ToolCall,
@@ -29,6 +29,7 @@ pub struct OpenAiProvider {
     endpoint: String,
     model: String,
     api_key: Option<String>,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -72,6 +73,7 @@ impl OpenAiProvider {
             endpoint: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
             model: config.model.clone().unwrap_or_else(|| "default".into()),
             api_key,
+            limits: Limits::of(config),
         })
     }
 
@@ -142,8 +144,9 @@ impl Provider for OpenAiProvider {
             http = http.bearer_auth(key);
         }
         let key = self.api_key.clone();
+        let limits = self.limits;
         ProviderStream::spawn(move |tx| async move {
-            if let Err(mut error) = run(http, &tx, key.as_deref()).await {
+            if let Err(mut error) = run(http, &tx, key.as_deref(), limits).await {
                 error.message = scrub(&error.message, key.as_deref());
                 tx.send(Err(error)).await;
             }
@@ -169,6 +172,7 @@ async fn run(
     http: reqwest::RequestBuilder,
     tx: &StreamSender,
     secret: Option<&str>,
+    limits: Limits,
 ) -> Result<(), ProviderError> {
     let response = http.send().await.map_err(|e| {
         if e.is_connect() || e.is_timeout() {
@@ -179,7 +183,10 @@ async fn run(
     })?;
     let status = response.status();
     if !status.is_success() {
-        let body = scrub(&response.text().await.unwrap_or_default(), secret);
+        let body = scrub(
+            &limits::error_body(response, limits.error_body_bytes).await,
+            secret,
+        );
         let snippet: String = body.chars().take(300).collect();
         let message = format!("the provider answered HTTP {status}: {}", snippet.trim());
         return Err(if status.as_u16() == 429 || status.is_server_error() {
@@ -188,14 +195,18 @@ async fn run(
             ProviderError::fatal(message)
         });
     }
-    let mut events = response.bytes_stream().eventsource();
+    let mut events =
+        limits::capped(response.bytes_stream(), limits.event_bytes, false).eventsource();
     let mut assembly = Assembly {
         secret: secret.filter(|s| !s.is_empty()).map(str::to_string),
+        limits: Some(limits),
         ..Assembly::default()
     };
-    while let Some(event) = events.next().await {
-        let event = event
-            .map_err(|e| ProviderError::fatal(format!("the provider stream broke off: {e}")))?;
+    while let Some(event) = limits::next_within(&mut events, limits.idle).await? {
+        let event = event.map_err(|e| match e {
+            eventsource_stream::EventStreamError::Transport(e) => e,
+            other => ProviderError::fatal(format!("the provider stream broke off: {other}")),
+        })?;
         let data = event.data.trim();
         if data == "[DONE]" {
             return assembly.finish(tx).await;
@@ -245,6 +256,10 @@ struct Assembly {
     secret: Option<String>,
     /// Streamed text held back because it could be the start of the secret.
     held: String,
+    /// Bounds on the answer and the tool calls (none in unit tests of the parts).
+    limits: Option<Limits>,
+    /// Answer text taken so far, in bytes.
+    answered: usize,
 }
 
 impl Assembly {
@@ -264,9 +279,20 @@ impl Assembly {
             let delta = &choice["delta"];
             if let Some(text) = delta["content"].as_str()
                 && !text.is_empty()
-                && let Some(text) = self.pass_text(text)
             {
-                out.push(ProviderEvent::TextDelta(text));
+                self.answered += text.len();
+                if let Some(limits) = self.limits
+                    && self.answered > limits.answer_bytes
+                {
+                    return Err(Limits::exceeded(
+                        "an answer",
+                        limits.answer_bytes,
+                        "max_answer_bytes",
+                    ));
+                }
+                if let Some(text) = self.pass_text(text) {
+                    out.push(ProviderEvent::TextDelta(text));
+                }
             }
             if let Some(calls) = delta["tool_calls"].as_array() {
                 for call in calls {
@@ -282,6 +308,15 @@ impl Assembly {
                     }
                     if let Some(args) = call["function"]["arguments"].as_str() {
                         partial.arguments.push_str(args);
+                    }
+                    if let Some(limits) = self.limits
+                        && partial.arguments.len() > limits.tool_arguments_bytes
+                    {
+                        return Err(Limits::exceeded(
+                            "a tool call's arguments",
+                            limits.tool_arguments_bytes,
+                            "max_tool_arguments_bytes",
+                        ));
                     }
                 }
             }

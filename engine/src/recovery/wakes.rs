@@ -175,6 +175,21 @@ pub fn verify(
     Ok(Ok(()))
 }
 
+/// Whether the recovery wake of `execution_id` may promote `input_id` now: its row
+/// names that continuation, its wake is pending, and it is neither quarantined nor
+/// parked. Checked again in the promoting transaction, so a wake discarded (or
+/// quarantined) since it was started promotes nothing. With [`verify`] — what the
+/// redrive and the inspector check before waking — the one home of the rules of a
+/// recovery wake (protocol §5.7).
+pub(crate) fn is_due(conn: &Connection, execution_id: &str, input_id: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM session_recovery WHERE execution_id = ?1
+             AND continuation_message_id = ?2 AND wake_pending = 1 AND recovery_error IS NULL)",
+        )?
+        .query_row(params![execution_id, input_id], |r| r.get(0))?)
+}
+
 fn quarantine(tx: &Transaction<'_>, execution_id: &str, reason: &str) -> Result<()> {
     tracing::warn!(
         execution = execution_id,

@@ -121,7 +121,7 @@ impl Execution {
             }
             // The approval is bound to the path as it was resolved when the user
             // was asked: a run that resolves elsewhere is refused.
-            ctx.approved = assessment.guarded.map(|g| g.path);
+            ctx.approved = assessment.guarded;
         }
         self.may_dispatch()?;
         let prepared = match tool.prepare(&ctx, &call.input).await {
@@ -178,9 +178,13 @@ impl Execution {
                 )));
             }
         };
+        let hidden = &tools.hidden_env;
         match output {
-            ToolOutput::Completed { output, structured } => Ok(Ok((output, structured))),
-            ToolOutput::Failed(error) => Ok(Err(error)),
+            ToolOutput::Completed { output, structured } => Ok(Ok((
+                crate::tools::scrub_secrets(output, hidden),
+                structured,
+            ))),
+            ToolOutput::Failed(error) => Ok(Err(crate::tools::scrub_secrets(error, hidden))),
             ToolOutput::Stopped => {
                 self.check_stop()?;
                 Ok(Err("the tool was stopped".into()))

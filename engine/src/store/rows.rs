@@ -155,6 +155,22 @@ pub fn messages(conn: &Connection, session_id: &str) -> Result<Vec<MessageRow>> 
         .collect()
 }
 
+/// The messages of a session from `from_seq` on, in transcript order.
+pub fn messages_from(
+    conn: &Connection,
+    session_id: &str,
+    from_seq: i64,
+) -> Result<Vec<MessageRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq"
+    ))?;
+    let rows = stmt.query_map(params![session_id, from_seq], raw_message)?;
+    rows.map(|r| r.map_err(Error::from).and_then(RawMessage::decode))
+        .collect()
+}
+
 /// Up to `limit` messages of a session ending just before `before_seq` (the newest
 /// when `None`), in transcript order: one keyset page of a long transcript.
 pub fn messages_before(

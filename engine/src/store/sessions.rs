@@ -147,7 +147,7 @@ pub fn promotable(
             let mut out = Vec::new();
             for input in pending.into_iter().filter(|i| ids.contains(&i.id)) {
                 if let Some(execution_id) = ids::continuation_execution(&input.id)
-                    && recovery_wake_is_awake(conn, execution_id, &input.id)?
+                    && crate::recovery::wakes::is_due(conn, execution_id, &input.id)?
                 {
                     out.push(input);
                 }
@@ -165,7 +165,11 @@ pub fn promotable(
                     Some(execution_id)
                         if input.wake_pending
                             || (auto_continue
-                                && recovery_wake_is_awake(conn, execution_id, &input.id)?) =>
+                                && crate::recovery::wakes::is_due(
+                                    conn,
+                                    execution_id,
+                                    &input.id,
+                                )?) =>
                     {
                         out.push(input)
                     }
@@ -175,15 +179,6 @@ pub fn promotable(
             Ok(out)
         }
     }
-}
-
-fn recovery_wake_is_awake(conn: &Connection, execution_id: &str, input_id: &str) -> Result<bool> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM session_recovery WHERE execution_id = ?1
-             AND continuation_message_id = ?2 AND wake_pending = 1 AND recovery_error IS NULL)",
-        )?
-        .query_row(params![execution_id, input_id], |r| r.get(0))?)
 }
 
 /// Marks a recovery's wake done, in the continuation's promotion transaction.

@@ -520,24 +520,9 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
             slack_ms: crate::recovery::CLOCK_SLACK_MS,
             killed: Default::default(),
         };
-        // Half reconciled (recovery rows), half still claimed. This build's pass
-        // reads the owner columns migration 0004 adds: they exist for the pass only.
-        store
-            .conn()
-            .execute_batch(
-                "ALTER TABLE owner ADD COLUMN machine_id TEXT;
-                 ALTER TABLE owner ADD COLUMN boot_id TEXT;",
-            )
-            .unwrap();
+        // Half reconciled (recovery rows), half still claimed.
         let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();
         pass.next_batch(store.conn_mut(), &|| 100_000).unwrap();
-        store
-            .conn()
-            .execute_batch(
-                "ALTER TABLE owner DROP COLUMN machine_id;
-                 ALTER TABLE owner DROP COLUMN boot_id;",
-            )
-            .unwrap();
     }
     let before = dump(&Connection::open(&path).unwrap());
     assert!(before.iter().any(|r| r.starts_with("session_recovery: ")));

@@ -159,7 +159,16 @@ fn check_opened(
             kind(meta)
         ));
     }
-    if meta.nlink() > 1 && ctx.approved.as_deref() != Some(path.as_path()) {
+    let approved = ctx.approved.as_ref().filter(|a| a.path == *path);
+    if let Some(file) = approved.and_then(|a| a.file)
+        && file != (meta.dev(), meta.ino())
+    {
+        return Err(format!(
+            "cannot {verb} {}: it is no longer the file that was allowed (it was replaced since)",
+            path.display()
+        ));
+    }
+    if meta.nlink() > 1 && approved.is_none() {
         return Err(format!(
             "cannot {verb} {}: it is {} and was not allowed",
             path.display(),

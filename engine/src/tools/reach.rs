@@ -55,11 +55,13 @@ impl Guard {
 }
 
 /// A guarded path a call would touch, resolved: what the user is asked about, and
-/// what an approval is bound to.
+/// what an approval is bound to — the path, and the very file (device, inode) it
+/// named when the user was asked, when it existed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guarded {
     pub path: PathBuf,
     pub guard: Guard,
+    pub file: Option<(u64, u64)>,
 }
 
 /// A path a file tool would touch, resolved.
@@ -70,6 +72,8 @@ pub struct Located {
     pub path: PathBuf,
     /// Why it is asked about every time, if it is.
     pub guard: Option<Guard>,
+    /// The file it names now (device, inode), when it exists.
+    pub file: Option<(u64, u64)>,
 }
 
 impl Located {
@@ -77,6 +81,7 @@ impl Located {
         self.guard.map(|guard| Guarded {
             path: self.path.clone(),
             guard,
+            file: self.file,
         })
     }
 }
@@ -112,21 +117,33 @@ pub fn locate(ctx: &ToolContext, path: &str) -> Result<Located, String> {
 
 /// [`locate`] with the home directory given.
 fn locate_in(ctx: &ToolContext, path: &str, home: Option<&Path>) -> Result<Located, String> {
+    // What it names, and where it lands (links followed, `..` taken physically).
+    let asked = lexical(&ctx.resolve(path));
     let path = real_path(&ctx.resolve(path), 0)?;
     let base = canonical(&ctx.directory);
-    let home = home.map(canonical);
+    let real_home = home.map(canonical);
     // `/`, the home directory and every ancestor of it hold the home directory's
     // credentials: no boundary at all.
     let boundless =
-        base.parent().is_none() || home.as_deref().is_some_and(|h| h.starts_with(&base));
-    let in_credentials = home
-        .as_deref()
-        .is_some_and(|home| CREDENTIALS.iter().any(|c| path.starts_with(home.join(c))));
-    let in_data_dir = ctx
-        .data_dir
-        .as_deref()
-        .is_some_and(|data| path.starts_with(canonical(data)));
-    let hard_linked = std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.nlink() > 1);
+        base.parent().is_none() || real_home.as_deref().is_some_and(|h| h.starts_with(&base));
+    // A protected place is judged both as named and as resolved, and so is the path:
+    // `~/.ssh` may be a link (into a dotfiles folder inside the session, say), and
+    // the path may reach it through one.
+    let within = |dir: &Path| {
+        let dirs = [lexical(dir), canonical(dir)];
+        dirs.iter()
+            .any(|d| path.starts_with(d) || asked.starts_with(d))
+    };
+    let in_credentials = home.is_some_and(|home| {
+        let homes = [lexical(home), canonical(home)];
+        homes
+            .iter()
+            .any(|h| CREDENTIALS.iter().any(|c| within(&h.join(c))))
+    });
+    let in_data_dir = ctx.data_dir.as_deref().is_some_and(within);
+    let meta = std::fs::metadata(&path).ok();
+    let hard_linked = meta.as_ref().is_some_and(|m| m.is_file() && m.nlink() > 1);
+    let file = meta.as_ref().map(|m| (m.dev(), m.ino()));
     let guard = if boundless || !path.starts_with(&base) {
         Some(Guard::Outside)
     } else if in_credentials {
@@ -144,7 +161,23 @@ fn locate_in(ctx: &ToolContext, path: &str, home: Option<&Path>) -> Result<Locat
         Some(Guard::Outside) if in_data_dir => Some(Guard::DataDirectory),
         other => other,
     };
-    Ok(Located { path, guard })
+    Ok(Located { path, guard, file })
+}
+
+/// `path` with `.` and `..` folded away lexically, links left as they are (what the
+/// path names, as opposed to where it lands).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// `wanted` with every symbolic link followed: the real path of its longest existing
@@ -190,23 +223,28 @@ fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
     Ok(rest.into_iter().rev().fold(real, |p, name| p.join(name)))
 }
 
-/// Locates `path` for a run and checks it may be touched: unguarded, or guarded and
-/// approved as exactly this resolved path. A path that resolves elsewhere than what
-/// the user approved is refused.
+/// Locates `path` for a run and checks it may be touched: unguarded and not bound
+/// to an approval, or exactly what the user approved — the same resolved path, and
+/// the same file when one existed then. A path that now resolves elsewhere than what
+/// the user approved is refused, wherever it lands (inside the session too: the
+/// approval was for the other path).
 pub fn located_for_run(ctx: &ToolContext, path: &str) -> Result<Located, String> {
     let located = locate(ctx, path)?;
-    let Some(guard) = located.guard else {
-        return Ok(located);
-    };
-    match &ctx.approved {
-        Some(approved) if *approved == located.path => Ok(located),
-        Some(approved) => Err(format!(
+    match (&ctx.approved, located.guard) {
+        (Some(approved), _) if approved.path != located.path => Err(format!(
             "{} now resolves to {}, not to {}, which was allowed: refused",
             path,
             located.path.display(),
-            approved.display()
+            approved.path.display()
         )),
-        None => Err(format!(
+        (Some(approved), _) if approved.file.is_some() && approved.file != located.file => {
+            Err(format!(
+                "{} is no longer the file that was allowed (it was replaced since): refused",
+                located.path.display()
+            ))
+        }
+        (Some(_), _) | (None, None) => Ok(located),
+        (None, Some(guard)) => Err(format!(
             "{} is {} and was not allowed",
             located.path.display(),
             guard.describe()
@@ -356,6 +394,22 @@ mod tests {
             Some(Guard::DataDirectory)
         );
         assert_eq!(guard(&ctx, "src/main.rs", &home), None);
+    }
+
+    #[test]
+    fn r4_13_a_credential_location_that_is_a_link_into_the_session_is_still_guarded() {
+        // The dotfiles layout: `~/.ssh` links into a folder the session works in.
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join("dotfiles/ssh")).unwrap();
+        std::fs::write(home.join("dotfiles/ssh/id_rsa"), "key").unwrap();
+        std::os::unix::fs::symlink("dotfiles/ssh", home.join(".ssh")).unwrap();
+        let ctx = ctx_in(&home.join("dotfiles"));
+        let by_name = home.join(".ssh/id_rsa");
+        for path in [by_name.to_str().unwrap(), "ssh/id_rsa"] {
+            assert_eq!(guard(&ctx, path, &home), Some(Guard::Credentials), "{path}");
+        }
+        assert_eq!(guard(&ctx, "README.md", &home), None);
     }
 
     #[test]

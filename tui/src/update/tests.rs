@@ -576,6 +576,7 @@ fn a_call_that_touches_a_guarded_path_cannot_be_allowed_always() {
         request.guarded = Some(steward_engine::tools::Guarded {
             path: "/etc/hostname".into(),
             guard: steward_engine::tools::Guard::Outside,
+            file: None,
         });
     }
     for key in ['a', 's'] {

@@ -411,3 +411,111 @@ async fn a_real_openai_compatible_server_answers_a_step() {
     }
     assert!(finished && !text.trim().is_empty(), "{text:?}");
 }
+
+/// A reply that sends `pieces` of `piece` bytes each, with no newline at all.
+fn endless(piece: usize, pieces: usize) -> Reply {
+    Reply {
+        status: 200,
+        pieces: std::iter::once("data: ".to_string())
+            .chain(std::iter::repeat_n("x".repeat(piece), pieces))
+            .collect(),
+        pause: Duration::ZERO,
+    }
+}
+
+fn the_error(events: &[Result<ProviderEvent, ProviderError>]) -> ProviderError {
+    events
+        .iter()
+        .find_map(|e| e.as_ref().err().cloned())
+        .expect("the stream ended with an error")
+}
+
+#[tokio::test]
+async fn r4_15_a_line_that_never_ends_stops_the_step_at_the_event_limit() {
+    // 64 MiB offered, without a newline; the limit is 64 KiB.
+    let (url, seen) = serve(vec![endless(64 << 10, 1024)]).await;
+    let mut cfg = config(&url);
+    cfg.max_event_bytes = 64 << 10;
+    let provider = OpenAiProvider::new(&cfg).unwrap();
+    let events = collect(&provider).await;
+    let error = the_error(&events);
+    assert!(!error.retryable);
+    assert!(
+        error.message.contains("larger than 65536 bytes")
+            && error.message.contains("max_event_bytes"),
+        "{}",
+        error.message
+    );
+    // The client stopped reading long before the server was done.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(seen.lock().unwrap().hangups, 1);
+}
+
+#[tokio::test]
+async fn r4_15_an_endless_answer_or_tool_call_stops_the_step_at_its_limit() {
+    let chunk = format!(
+        r#"{{"choices":[{{"index":0,"delta":{{"content":"{}"}}}}]}}"#,
+        "a".repeat(1_000)
+    );
+    let answer: Vec<&str> = std::iter::repeat_n(chunk.as_str(), 100).collect();
+    let (url, _) = serve(vec![Reply::sse(&answer)]).await;
+    let mut cfg = config(&url);
+    cfg.max_answer_bytes = 10_000;
+    let error = the_error(&collect(&OpenAiProvider::new(&cfg).unwrap()).await);
+    assert!(
+        error.message.contains("max_answer_bytes"),
+        "{}",
+        error.message
+    );
+
+    let fragment = format!(
+        r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":"c","function":{{"name":"write_file","arguments":"{}"}}}}]}}}}]}}"#,
+        "b".repeat(1_000)
+    );
+    let call: Vec<&str> = std::iter::repeat_n(fragment.as_str(), 100).collect();
+    let (url, _) = serve(vec![Reply::sse(&call)]).await;
+    let mut cfg = config(&url);
+    cfg.max_tool_arguments_bytes = 10_000;
+    let error = the_error(&collect(&OpenAiProvider::new(&cfg).unwrap()).await);
+    assert!(
+        error.message.contains("max_tool_arguments_bytes"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn r4_15_an_error_body_is_read_only_up_to_its_limit() {
+    let (url, _) = serve(vec![Reply::status(400, &"e".repeat(1 << 20))]).await;
+    let mut cfg = config(&url);
+    cfg.max_error_body_bytes = 1_000;
+    let error = the_error(&collect(&OpenAiProvider::new(&cfg).unwrap()).await);
+    assert!(error.message.contains("HTTP 400"), "{}", error.message);
+    assert!(error.message.len() < 2_000, "{}", error.message.len());
+}
+
+#[tokio::test]
+async fn r4_15_bytes_that_trickle_without_forming_an_event_time_out() {
+    let trickle = Reply {
+        status: 200,
+        pieces: vec![
+            "data: ".into(),
+            "x".into(),
+            "x".into(),
+            "x".into(),
+            "x".into(),
+        ],
+        pause: Duration::from_millis(200),
+    };
+    let (url, _) = serve(vec![trickle]).await;
+    let mut cfg = config(&url);
+    cfg.request_timeout_ms = 500;
+    let started = std::time::Instant::now();
+    let error = the_error(&collect(&OpenAiProvider::new(&cfg).unwrap()).await);
+    assert!(
+        error.message.contains("no complete event"),
+        "{}",
+        error.message
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

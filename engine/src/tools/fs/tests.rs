@@ -22,16 +22,25 @@ fn ctx_in(dir: &Path) -> ToolContext {
     }
 }
 
-/// What a call would touch that is asked about every time.
-fn guarded(tool: &dyn Tool, ctx: &ToolContext, input: Value) -> Option<crate::tools::Guarded> {
-    tool.assess(ctx, &input).unwrap().guarded
+/// What a call would touch that is asked about every time: its path and why.
+fn guarded(
+    tool: &dyn Tool,
+    ctx: &ToolContext,
+    input: Value,
+) -> Option<(PathBuf, crate::tools::Guard)> {
+    tool.assess(ctx, &input)
+        .unwrap()
+        .guarded
+        .map(|g| (g.path, g.guard))
 }
 
-fn outside(path: PathBuf) -> Option<crate::tools::Guarded> {
-    Some(crate::tools::Guarded {
-        path,
-        guard: crate::tools::Guard::Outside,
-    })
+fn outside(path: PathBuf) -> Option<(PathBuf, crate::tools::Guard)> {
+    Some((path, crate::tools::Guard::Outside))
+}
+
+/// What the user approves when they allow `path` as they were shown it.
+fn approval(ctx: &ToolContext, path: &str) -> Option<crate::tools::Guarded> {
+    ctx.locate(path).unwrap().guarded()
 }
 
 fn failure(output: ToolOutput) -> String {
@@ -107,7 +116,7 @@ async fn a_fifo_is_refused_at_once_instead_of_blocking_for_ever() {
 async fn devices_are_refused_so_dev_zero_never_fills_memory() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = ToolContext {
-        approved: Some("/dev/zero".into()),
+        approved: approval(&ctx_in(dir.path()), "/dev/zero"),
         ..ctx_in(dir.path())
     };
     let read = failure(call(&ReadFile, &ctx, json!({"path": "/dev/zero"})).await);
@@ -250,7 +259,7 @@ async fn a_run_never_reaches_outside_without_permission() {
     assert!(denied.contains("outside the session directory"), "{denied}");
     assert!(!root.path().join("new.txt").exists());
     let allowed = ToolContext {
-        approved: Some(std::fs::canonicalize(root.path().join("secret.txt")).unwrap()),
+        approved: approval(&ctx, "link"),
         ..ctx
     };
     let read = call(&ReadFile, &allowed, json!({"path": "link"})).await;
@@ -302,12 +311,12 @@ async fn r4_13_an_approval_is_bound_to_the_path_the_user_was_shown() {
     std::os::unix::fs::symlink(outside.join("approved.txt"), work.join("link.txt")).unwrap();
     let ctx = ctx_in(&work);
     let input = json!({"path": "link.txt", "content": "new"});
-    let asked = guarded(&WriteFile, &ctx, input.clone()).unwrap();
+    let asked = WriteFile.assess(&ctx, &input).unwrap().guarded.unwrap();
     let approved_path = std::fs::canonicalize(outside.join("approved.txt")).unwrap();
     assert_eq!(asked.path, approved_path);
     // The user allows what they were shown; the link is re-pointed before the run.
     let allowed = ToolContext {
-        approved: Some(asked.path),
+        approved: Some(asked),
         ..ctx
     };
     std::fs::remove_file(work.join("link.txt")).unwrap();
@@ -354,4 +363,77 @@ async fn r4_13_a_file_with_other_hard_links_is_never_read_or_truncated_unasked()
         std::fs::read_to_string(root.path().join("outside.txt")).unwrap(),
         "keep me"
     );
+}
+
+#[tokio::test]
+async fn r4_13_an_approval_is_refused_when_the_link_now_lands_inside_the_session() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(work.join("sub")).unwrap();
+    std::fs::create_dir_all(root.path().join("outside")).unwrap();
+    std::fs::write(root.path().join("outside/o.txt"), "OUT").unwrap();
+    std::fs::write(work.join("sub/o.txt"), "IN").unwrap();
+    std::os::unix::fs::symlink("../outside", work.join("lnk")).unwrap();
+    let ctx = ctx_in(&work);
+    let allowed = ToolContext {
+        approved: approval(&ctx, "lnk/o.txt"),
+        ..ctx
+    };
+    // Re-pointed into the session after the question: not what was allowed.
+    std::fs::remove_file(work.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("sub", work.join("lnk")).unwrap();
+    let read = failure(call(&ReadFile, &allowed, json!({"path": "lnk/o.txt"})).await);
+    assert!(read.contains("which was allowed: refused"), "{read}");
+    let wrote = failure(
+        call(
+            &WriteFile,
+            &allowed,
+            json!({"path": "lnk/o.txt", "content": "x"}),
+        )
+        .await,
+    );
+    assert!(wrote.contains("which was allowed: refused"), "{wrote}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("sub/o.txt")).unwrap(),
+        "IN"
+    );
+}
+
+#[tokio::test]
+async fn r4_13_an_approved_file_replaced_since_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(root.path().join("notes.txt"), "notes").unwrap();
+    std::fs::write(root.path().join("key"), "KEY").unwrap();
+    let ctx = ctx_in(&work);
+    let target = root.path().join("notes.txt");
+    let allowed = ToolContext {
+        approved: approval(&ctx, target.to_str().unwrap()),
+        ..ctx
+    };
+    // The same path now names another file: a hard link to the key.
+    std::fs::remove_file(&target).unwrap();
+    std::fs::hard_link(root.path().join("key"), &target).unwrap();
+    let read = failure(
+        call(
+            &ReadFile,
+            &allowed,
+            json!({"path": target.to_str().unwrap()}),
+        )
+        .await,
+    );
+    assert!(
+        read.contains("no longer the file that was allowed"),
+        "{read}"
+    );
+}
+
+#[test]
+fn r2_7_what_a_tool_hands_back_never_carries_the_provider_key() {
+    // Any variable's value stands in for the key here: PATH is always set.
+    let value = std::env::var("PATH").unwrap();
+    let read = format!("PATH={value}\nHOME=/x\n");
+    let scrubbed = crate::tools::scrub_secrets(read, &["PATH".to_string()]);
+    assert_eq!(scrubbed, "PATH=<redacted>\nHOME=/x\n");
 }

@@ -1,0 +1,246 @@
+//! `steward acp` driven by a raw client that pipelines, as JSON-RPC allows: requests
+//! sent back to back without waiting, a client that stops reading, more requests
+//! than are served at once.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::acp::{Driver, agent_text, argv};
+use crate::run::{work_dir, write_script};
+use crate::support::{Env, code, stderr};
+
+/// A session with one finished turn, written by `steward run`.
+fn a_session(env: &Env, script: &str, work: &str) -> String {
+    let output = env
+        .cmd()
+        .args(["--script", script, "run", "--dir", work, "first"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let listed: Value = serde_json::from_slice(&env.run(&["sessions", "--json"]).stdout).unwrap();
+    listed[0]["id"].as_str().unwrap().to_string()
+}
+
+fn position(seen: &[Value], wanted: impl Fn(&Value) -> bool) -> Option<usize> {
+    seen.iter().position(wanted)
+}
+
+#[test]
+fn acp_a_prompt_pipelined_right_behind_a_load_runs_after_it() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "two.toml",
+        "[[step]]\ntext = [\"One.\"]\n[[step]]\ntext = [\"Two.\"]\n",
+    );
+    let session = a_session(&env, &script, &work);
+    let mut client = Driver::spawn(&env, &argv(&env, &script, None));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    // Both at once, before any answer.
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 100, "method": "session/load",
+        "params": {"sessionId": session, "cwd": work, "mcpServers": []}}),
+    );
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 101, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "second"}]}}),
+    );
+    assert!(
+        client.wait_for(Duration::from_secs(20), |m| m["id"] == 101),
+        "no answer to the prompt"
+    );
+    let seen = client.seen.clone();
+    let loaded = position(&seen, |m| m["id"] == 100).expect("the load was answered");
+    let prompted = position(&seen, |m| m["id"] == 101).unwrap();
+    assert!(seen[loaded].get("result").is_some(), "{}", seen[loaded]);
+    assert_eq!(
+        seen[prompted]["result"]["stopReason"], "end_turn",
+        "{}",
+        seen[prompted]
+    );
+    assert!(loaded < prompted);
+    // The replay came before the prompt's own answer streamed.
+    let says = |text: &'static str| {
+        move |m: &Value| {
+            m["params"]["update"]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(text))
+        }
+    };
+    let replayed = position(&seen, says("One.")).unwrap();
+    let answered = position(&seen, says("Two.")).unwrap();
+    assert!(replayed < loaded && loaded < answered, "{seen:#?}");
+    assert!(client.close().success());
+}
+
+#[test]
+fn acp_a_loaded_session_s_continuation_starts_only_after_the_load_is_answered() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "crash.toml", crate::acp::CRASH);
+    let argv = argv(&env, &script, None);
+    let (session, _) = crate::acp::crash_mid_tool(&env, &argv, &work);
+    let mut client = Driver::spawn(&env, &argv);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 100, "method": "session/load",
+        "params": {"sessionId": session, "cwd": work, "mcpServers": []}}),
+    );
+    let carried = |m: &Value| {
+        m["params"]["update"]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Carried on after the restart."))
+    };
+    let continued = client.wait_for(Duration::from_secs(20), carried);
+    assert!(continued, "{:#?}", client.seen);
+    let seen = client.seen.clone();
+    let loaded = position(&seen, |m| m["id"] == 100).expect("the load was answered");
+    let continued = position(&seen, carried).unwrap();
+    assert!(
+        loaded < continued,
+        "the continuation ran before the load answered: {seen:#?}"
+    );
+    assert!(client.close().success());
+}
+
+#[test]
+fn acp_a_client_that_stops_reading_slows_steward_down_and_loses_no_update() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    // Thousands of updates, far more than a pipe and the queues hold.
+    let chunks: Vec<String> = (0..4_000).map(|i| format!("\"w{i} \"")).collect();
+    let script = write_script(
+        &env,
+        "long.toml",
+        &format!("[[step]]\ntext = [{}]\n", chunks.join(", ")),
+    );
+    let expected: String = (0..4_000).map(|i| format!("w{i} ")).collect();
+    let argv: Vec<String> = serde_json::from_str(&argv(&env, &script, None)).unwrap();
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("HOME", &env.home)
+        .env_remove("STEWARD_DATA_DIR")
+        .env_remove("STEWARD_CONFIG")
+        .env_remove("FAILPOINTS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": work, "mcpServers": []}}),
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let session = loop {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 2 {
+            break message["result"]["sessionId"].as_str().unwrap().to_string();
+        }
+    };
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}})
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    // The client reads nothing for a while: the pipe fills, and Steward waits.
+    std::thread::sleep(Duration::from_secs(2));
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(str::to_string))
+        .unwrap();
+    let kb: u64 = rss.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(
+        kb < 100 * 1024,
+        "steward acp grew to {kb} kB while nobody read"
+    );
+    // Then it reads everything: every update is there, in order.
+    let mut updates = Vec::new();
+    let started = Instant::now();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout closed");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 3 {
+            assert_eq!(message["result"]["stopReason"], "end_turn", "{message}");
+            break;
+        }
+        if message["method"] == "session/update" {
+            updates.push(message["params"]["update"].clone());
+        }
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+    let refs: Vec<&Value> = updates.iter().collect();
+    assert_eq!(agent_text(&refs), expected);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn acp_requests_past_the_bound_in_flight_are_answered_at_once_not_queued() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "slow.toml",
+        "[[step]]\ntext = [\"slow \", \"answer\"]\ndelay_ms = 3000\n",
+    );
+    let mut client = Driver::spawn(&env, &argv(&env, &script, None));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let sessions: Vec<String> = (0..70)
+        .map(|i| {
+            let dir = std::path::Path::new(&work).join(format!("s{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let created = client.request("session/new", json!({"cwd": dir, "mcpServers": []}));
+            created["result"]["sessionId"].as_str().unwrap().to_string()
+        })
+        .collect();
+    for (i, session) in sessions.iter().enumerate() {
+        client.send(
+            json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+        );
+    }
+    // Those past the bound are answered at once with the reason.
+    assert!(client.wait_for(Duration::from_secs(10), |m| {
+        m["error"]["message"]
+            .as_str()
+            .is_some_and(|t| t.contains("requests are already in progress"))
+    }));
+    for session in &sessions {
+        client.send(json!({"jsonrpc": "2.0", "method": "session/cancel",
+            "params": {"sessionId": session}}));
+    }
+    for i in 0..70 {
+        assert!(
+            client.wait_for(Duration::from_secs(30), |m| m["id"] == 1000 + i),
+            "prompt {i} was never answered"
+        );
+    }
+    let refused = client
+        .seen
+        .iter()
+        .filter(|m| {
+            m["error"]["message"]
+                .as_str()
+                .is_some_and(|t| t.contains("requests are already in progress"))
+        })
+        .count();
+    assert_eq!(refused, 6, "64 in flight, the rest refused");
+    assert!(client.close().success());
+}

@@ -78,7 +78,7 @@ pub async fn run_chat(
     app.size = size(&taken);
     let mut loop_ = EventLoop::new(reader, &options, Some(engine.clone()), Some(asks));
     // Subscribed before reading what already runs: no start is missed.
-    app.running = engine.coordinator().running().into_iter().collect();
+    app.running = engine.running().into_iter().collect();
     loop_.inbox.send(Msg::Launched(launch)).ok();
     let leave = loop_.run(&mut app, &mut taken).await;
     drop(taken);

@@ -81,7 +81,7 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     }
                     std::process::exit(130);
                 });
-                let running = engine.coordinator().running().len();
+                let running = engine.running().len();
                 Ok((leave?, running))
             }),
         )?;

@@ -225,6 +225,7 @@ fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
     if let Some(script) = &cli.script {
         config.provider.script = Some(script.clone());
     }
+    config.tools.settings = paths.settings();
     Ok(config)
 }
 

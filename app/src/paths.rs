@@ -50,6 +50,22 @@ impl Paths {
     }
 }
 
+impl Paths {
+    /// Steward's own configuration, which file tools ask about every time: the
+    /// config file, and the directory it lies in when that is Steward's own (not
+    /// one named by `--config`).
+    pub fn settings(&self) -> Vec<PathBuf> {
+        let mut settings = vec![self.config.clone()];
+        if !self.config_named
+            && let Some(dir) = self.config.parent()
+            && dir != self.data_dir
+        {
+            settings.push(dir.to_path_buf());
+        }
+        settings
+    }
+}
+
 fn absolute(path: PathBuf) -> Result<PathBuf> {
     std::path::absolute(&path).with_context(|| format!("cannot resolve {}", path.display()))
 }

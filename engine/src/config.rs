@@ -241,6 +241,11 @@ pub struct ToolsConfig {
     /// (set by the engine from `provider.api_key_env`, not a config key).
     #[serde(skip)]
     pub hidden_env: Vec<String>,
+    /// Steward's own configuration (the config file, and the directory it lies in
+    /// when that is Steward's own): file tools ask every time before touching it,
+    /// since it decides what runs without asking. Set by the binary, not a config key.
+    #[serde(skip)]
+    pub settings: Vec<std::path::PathBuf>,
 }
 
 impl Default for ToolsConfig {
@@ -251,6 +256,7 @@ impl Default for ToolsConfig {
             output_limit_bytes: 64 * 1024,
             kill_grace_ms: 2_000,
             hidden_env: Vec::new(),
+            settings: Vec::new(),
         }
     }
 }

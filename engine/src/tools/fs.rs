@@ -144,7 +144,8 @@ fn open_regular(ctx: &ToolContext, located: &reach::Located) -> Result<(File, Me
 const NO_FOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
 /// What was opened must still be what was located: a regular file, and one with
-/// no other hard links unless the user allowed exactly this path.
+/// no other hard links unless the user allowed exactly this file (an approval of a
+/// path with no file yet allows no hard-linked file that appears there).
 fn check_opened(
     ctx: &ToolContext,
     located: &reach::Located,
@@ -168,7 +169,7 @@ fn check_opened(
             path.display()
         ));
     }
-    if meta.nlink() > 1 && approved.is_none() {
+    if meta.nlink() > 1 && approved.and_then(|a| a.file).is_none() {
         return Err(format!(
             "cannot {verb} {}: it is {} and was not allowed",
             path.display(),
@@ -207,8 +208,19 @@ impl Tool for ReadFile {
     }
 }
 
+/// Refuses a path ending in `/` for a tool that takes a file: it names a directory.
+fn names_a_file(path: &str, verb: &str) -> Result<(), String> {
+    if path.ends_with('/') {
+        return Err(format!(
+            "cannot {verb} {path}: a path ending in `/` names a directory, not a file"
+        ));
+    }
+    Ok(())
+}
+
 /// Reads at most the output limit of a regular file: the rest is never read.
 fn read_capped(ctx: &ToolContext, path: &str) -> Result<ToolOutput, String> {
+    names_a_file(path, "read")?;
     let located = reach::located_for_run(ctx, path)?;
     let path = located.path.clone();
     let (file, meta) = open_regular(ctx, &located)?;
@@ -339,8 +351,11 @@ impl Tool for WriteFile {
 /// Writes a regular file (creating it and its parents), never blocking on whatever
 /// the path names, and never anywhere but where it was located: its directories are
 /// created beneath the session's directory (or the approved path's existing
-/// ancestor), and the file is opened by name in the checked directory.
+/// ancestor), and the file is opened by name in the checked directory. A path the
+/// user approved while no file was there is created afresh, never opened: a file
+/// that appeared there since (a hard link to a key, say) was not what was approved.
 fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, String> {
+    names_a_file(path, "write")?;
     let located = reach::located_for_run(ctx, path)?;
     let path = located.path.clone();
     if let Ok(meta) = std::fs::metadata(&path) {
@@ -356,14 +371,16 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
     // Truncation waits until what was opened is known to be the file located, and
     // not the database.
     let (dir, name) = reach::open_parent(ctx, &located, true)?;
+    let fresh = ctx.approved.as_ref().is_some_and(|a| a.file.is_none());
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.write(true).custom_flags(NO_FOLLOW);
+    if fresh {
+        options.create_new(true);
+    } else {
+        options.create(true);
+    }
     let file = dir
-        .open_with(
-            &name,
-            cap_std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .custom_flags(NO_FOLLOW),
-        )
+        .open_with(&name, &options)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?
         .into_std();
     let (mut file, meta) = refuse_opened_database(&path, file, "write")?;

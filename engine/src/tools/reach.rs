@@ -3,10 +3,12 @@
 //! A path is first *located*: made absolute against the session's directory and
 //! resolved after every symbolic link, so that it is judged by where it lands. A
 //! located path is **guarded** — asked about every time, whatever `tools.allow`
-//! says — when it lies outside the session's directory (a directory of `/`, the home
+//! says — when it lies outside the session's directory (a directory of `/`, a home
 //! directory or any of its ancestors is no boundary at all), in a credential
-//! location or Steward's own data directory, or is a file with other hard links
-//! (the same file may be reachable from anywhere).
+//! location, Steward's own data directory or its configuration, or is a file with
+//! other hard links (the same file may be reachable from anywhere). The home
+//! directories are `$HOME` and the user's home in the password database: either
+//! may hold the credentials, and `$HOME` may be unset or point elsewhere.
 //!
 //! A run then opens exactly what was located, or nothing: the directory the target
 //! lies in is opened beneath the session's directory without leaving it
@@ -15,7 +17,9 @@
 //! way checked to be the very directory located; the target itself is then opened in
 //! it by name, without following a link. A path that resolves elsewhere at run time
 //! than when the user was asked is refused, and so is one whose directories were
-//! swapped for links since it was located.
+//! swapped for links since it was located. An approval binds the file the user was
+//! asked about: the same file (device, inode) if it existed then, and a file created
+//! by the run itself (never one that appeared since) if it did not.
 
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
@@ -36,6 +40,8 @@ pub enum Guard {
     Credentials,
     /// In Steward's own data directory.
     DataDirectory,
+    /// Steward's own configuration: it decides which tools run without asking.
+    Settings,
     /// A file with other hard links: the same file may be reachable from anywhere.
     HardLinks,
 }
@@ -47,6 +53,9 @@ impl Guard {
             Guard::Outside => "outside the session directory",
             Guard::Credentials => "in a credential location",
             Guard::DataDirectory => "in Steward's own data directory",
+            Guard::Settings => {
+                "Steward's own configuration (it decides which tools run without asking)"
+            }
             Guard::HardLinks => {
                 "a file with other hard links (it may also be reached from elsewhere)"
             }
@@ -105,61 +114,111 @@ pub const CREDENTIALS: &[&str] = &[
     ".pypirc",
 ];
 
+/// `path` with every symbolic link followed, as far as it can be ([`real_path`],
+/// which follows dangling links too); as given where even that fails.
 fn canonical(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    real_path(path, 0).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The user's home directories: `$HOME` (when set, non-empty and absolute) and the
+/// home the password database records, which may differ (`sudo`, sandboxes) or be
+/// all there is (`$HOME` unset).
+pub fn homes() -> Vec<PathBuf> {
+    let mut homes = Vec::new();
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+        && home.is_absolute()
+    {
+        homes.push(home);
+    }
+    if let Some(home) = passwd_home()
+        && !homes.contains(&home)
+    {
+        homes.push(home);
+    }
+    homes
+}
+
+/// The current user's home directory in the password database.
+#[allow(unsafe_code)]
+fn passwd_home() -> Option<PathBuf> {
+    use std::ffi::CStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: `passwd` is plain data; `getpwuid_r` fills it with pointers into
+    // `buf`, which outlives every read of them below.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            libc::getuid(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        );
+        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        let dir = CStr::from_ptr(pwd.pw_dir).to_bytes();
+        (!dir.is_empty())
+            .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(dir)))
+            .filter(|d| d.is_absolute())
+    }
 }
 
 /// Locates `path` for a call in `ctx` (see the module's documentation).
 pub fn locate(ctx: &ToolContext, path: &str) -> Result<Located, String> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    locate_in(ctx, path, home.as_deref())
+    locate_in(ctx, path, &homes())
 }
 
-/// [`locate`] with the home directory given.
-fn locate_in(ctx: &ToolContext, path: &str, home: Option<&Path>) -> Result<Located, String> {
+/// [`locate`] with the home directories given.
+fn locate_in(ctx: &ToolContext, path: &str, homes: &[PathBuf]) -> Result<Located, String> {
+    if path.contains('\0') {
+        return Err("the path contains a NUL byte".into());
+    }
     // What it names, and where it lands (links followed, `..` taken physically).
     let asked = lexical(&ctx.resolve(path));
     let path = real_path(&ctx.resolve(path), 0)?;
     let base = canonical(&ctx.directory);
-    let real_home = home.map(canonical);
-    // `/`, the home directory and every ancestor of it hold the home directory's
-    // credentials: no boundary at all.
-    let boundless =
-        base.parent().is_none() || real_home.as_deref().is_some_and(|h| h.starts_with(&base));
-    // A protected place is judged both as named and as resolved, and so is the path:
-    // `~/.ssh` may be a link (into a dotfiles folder inside the session, say), and
-    // the path may reach it through one.
-    let within = |dir: &Path| {
-        let dirs = [lexical(dir), canonical(dir)];
-        dirs.iter()
+    // `/`, a home directory and every ancestor of one hold that home's credentials:
+    // no boundary at all.
+    let boundless = base.parent().is_none()
+        || homes
+            .iter()
+            .any(|h| canonical(h).starts_with(&base) || lexical(h).starts_with(&base));
+    // A protected place is judged both as named and as resolved (dangling links
+    // followed: it may not exist yet), and so is the path: `~/.ssh` may be a link
+    // (into a dotfiles folder inside the session, say), and the path may reach it
+    // through one.
+    let within = |place: &Path| {
+        let places = [lexical(place), canonical(place)];
+        places
+            .iter()
             .any(|d| path.starts_with(d) || asked.starts_with(d))
     };
-    let in_credentials = home.is_some_and(|home| {
-        let homes = [lexical(home), canonical(home)];
-        homes
+    let in_credentials = homes.iter().any(|home| {
+        [lexical(home), canonical(home)]
             .iter()
             .any(|h| CREDENTIALS.iter().any(|c| within(&h.join(c))))
     });
     let in_data_dir = ctx.data_dir.as_deref().is_some_and(within);
+    let in_settings = ctx.config.settings.iter().any(|p| within(p));
     let meta = std::fs::metadata(&path).ok();
     let hard_linked = meta.as_ref().is_some_and(|m| m.is_file() && m.nlink() > 1);
     let file = meta.as_ref().map(|m| (m.dev(), m.ino()));
-    let guard = if boundless || !path.starts_with(&base) {
-        Some(Guard::Outside)
-    } else if in_credentials {
+    // Credentials and Steward's own files are named as such wherever they are.
+    let guard = if in_credentials {
         Some(Guard::Credentials)
     } else if in_data_dir {
         Some(Guard::DataDirectory)
+    } else if in_settings {
+        Some(Guard::Settings)
+    } else if boundless || !path.starts_with(&base) {
+        Some(Guard::Outside)
     } else if hard_linked {
         Some(Guard::HardLinks)
     } else {
         None
-    };
-    // Credentials and the data directory are named as such wherever they are.
-    let guard = match guard {
-        Some(Guard::Outside) if in_credentials => Some(Guard::Credentials),
-        Some(Guard::Outside) if in_data_dir => Some(Guard::DataDirectory),
-        other => other,
     };
     Ok(Located { path, guard, file })
 }
@@ -203,31 +262,28 @@ fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
             };
             break real_path(&target, depth + 1)?;
         }
+        if existing.components().next_back() == Some(Component::ParentDir) {
+            // `missing/..`: what it climbs out of does not exist, so where it lands
+            // cannot be told.
+            return Err(format!(
+                "{} climbs with `..` through a directory that does not exist",
+                wanted.display()
+            ));
+        }
         let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
             return Err(format!("cannot resolve {}", wanted.display()));
         };
         rest.push(name.to_os_string());
         existing = parent;
     };
-    if wanted
-        .components()
-        .rev()
-        .take(rest.len())
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return Err(format!(
-            "{} climbs with `..` through a directory that does not exist",
-            wanted.display()
-        ));
-    }
     Ok(rest.into_iter().rev().fold(real, |p, name| p.join(name)))
 }
 
 /// Locates `path` for a run and checks it may be touched: unguarded and not bound
 /// to an approval, or exactly what the user approved — the same resolved path, and
-/// the same file when one existed then. A path that now resolves elsewhere than what
-/// the user approved is refused, wherever it lands (inside the session too: the
-/// approval was for the other path).
+/// the same file when one existed then, or still no file when none did. A path that
+/// now resolves elsewhere than what the user approved is refused, wherever it lands
+/// (inside the session too: the approval was for the other path).
 pub fn located_for_run(ctx: &ToolContext, path: &str) -> Result<Located, String> {
     let located = locate(ctx, path)?;
     match (&ctx.approved, located.guard) {
@@ -243,6 +299,10 @@ pub fn located_for_run(ctx: &ToolContext, path: &str) -> Result<Located, String>
                 located.path.display()
             ))
         }
+        (Some(approved), _) if approved.file.is_none() && located.file.is_some() => Err(format!(
+            "{} did not exist when it was allowed and does now (it was created since): refused",
+            located.path.display()
+        )),
         (Some(_), _) | (None, None) => Ok(located),
         (None, Some(guard)) => Err(format!(
             "{} is {} and was not allowed",
@@ -336,7 +396,7 @@ mod tests {
     }
 
     fn guard(ctx: &ToolContext, path: &str, home: &Path) -> Option<Guard> {
-        locate_in(ctx, path, Some(home)).unwrap().guard
+        locate_in(ctx, path, &[home.to_path_buf()]).unwrap().guard
     }
 
     #[test]
@@ -413,6 +473,68 @@ mod tests {
     }
 
     #[test]
+    fn r4_13_a_credential_location_not_there_yet_is_guarded_through_a_link() {
+        // `~/.ssh` links into the session's dotfiles folder, which has no `ssh` yet;
+        // `~/.config` likewise, with no `gcloud` below it.
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join("dotfiles/config")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/ssh", home.join(".ssh")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/config", home.join(".config")).unwrap();
+        let ctx = ctx_in(&home.join("dotfiles"));
+        for path in [
+            "ssh/authorized_keys",
+            "config/gcloud/application_default_credentials.json",
+        ] {
+            assert_eq!(guard(&ctx, path, &home), Some(Guard::Credentials), "{path}");
+        }
+        assert_eq!(guard(&ctx, "config/other/settings.json", &home), None);
+    }
+
+    #[test]
+    fn r4_13_the_home_in_the_password_database_is_a_home_too() {
+        let passwd = passwd_home().expect("the password database names a home");
+        assert!(passwd.is_absolute());
+        assert!(homes().contains(&passwd), "{:?}", homes());
+        // Judged against both homes, a session in either is no boundary, and each
+        // one's credentials ask.
+        let root = tempfile::tempdir().unwrap();
+        let env_home = root.path().join("env-home");
+        let db_home = root.path().join("db-home");
+        std::fs::create_dir_all(db_home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(&env_home).unwrap();
+        let homes = [env_home.clone(), db_home.clone()];
+        let ctx = ctx_in(&db_home);
+        let located = locate_in(&ctx, "notes.txt", &homes).unwrap();
+        assert_eq!(located.guard, Some(Guard::Outside));
+        let ctx = ctx_in(&db_home.join(".ssh"));
+        let located = locate_in(&ctx, "authorized_keys", &homes).unwrap();
+        assert_eq!(located.guard, Some(Guard::Credentials));
+    }
+
+    #[test]
+    fn r4_13_stewards_own_configuration_asks_wherever_the_session_is() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join("dotfiles/config/steward")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/config", home.join(".config")).unwrap();
+        let ctx = ToolContext {
+            config: ToolsConfig {
+                settings: vec![
+                    home.join(".config/steward/config.toml"),
+                    home.join(".config/steward"),
+                ],
+                ..ToolsConfig::default()
+            },
+            ..ctx_in(&home.join("dotfiles"))
+        };
+        for path in ["config/steward/config.toml", "config/steward/other.toml"] {
+            assert_eq!(guard(&ctx, path, &home), Some(Guard::Settings), "{path}");
+        }
+        assert_eq!(guard(&ctx, "config/other.toml", &home), None);
+    }
+
+    #[test]
     fn r4_13_a_file_with_other_hard_links_is_guarded() {
         let root = tempfile::tempdir().unwrap();
         let work = root.path().join("work");
@@ -434,7 +556,7 @@ mod tests {
         std::fs::create_dir_all(work.join("sub")).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         let ctx = ctx_in(&work);
-        let located = locate_in(&ctx, "sub/deeper/file.txt", None).unwrap();
+        let located = locate_in(&ctx, "sub/deeper/file.txt", &[]).unwrap();
         assert_eq!(located.guard, None);
         // Between the check and the write, `sub` becomes a link out.
         std::fs::remove_dir(work.join("sub")).unwrap();

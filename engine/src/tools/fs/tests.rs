@@ -429,6 +429,81 @@ async fn r4_13_an_approved_file_replaced_since_is_refused() {
     );
 }
 
+#[tokio::test]
+async fn r4_13_an_approved_path_with_no_file_yet_never_takes_one_that_appeared_since() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    let out = root.path().join("out");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(root.path().join("key"), "KEY").unwrap();
+    let ctx = ctx_in(&work);
+    for tool in ["write", "read"] {
+        let target = out.join(format!("new-{tool}.txt"));
+        let asked = approval(&ctx, target.to_str().unwrap()).unwrap();
+        assert_eq!(asked.file, None, "nothing there when asked");
+        let allowed = ToolContext {
+            approved: Some(asked),
+            ..ctx.clone()
+        };
+        // While the question is open, a hard link to the key appears there.
+        std::fs::hard_link(root.path().join("key"), &target).unwrap();
+        let input = json!({"path": target.to_str().unwrap(), "content": "PWNED"});
+        let refused = if tool == "write" {
+            failure(call(&WriteFile, &allowed, input).await)
+        } else {
+            failure(call(&ReadFile, &allowed, input).await)
+        };
+        assert!(refused.contains("created since"), "{tool}: {refused}");
+        assert!(!refused.contains("KEY"), "{tool}: {refused}");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("key")).unwrap(),
+            "KEY"
+        );
+    }
+    // Planted after the run's check, the file is still not opened: a fresh path is
+    // created, never opened.
+    let target = out.join("late.txt");
+    let allowed = ToolContext {
+        approved: approval(&ctx, target.to_str().unwrap()),
+        ..ctx.clone()
+    };
+    let located = crate::tools::reach::located_for_run(&allowed, target.to_str().unwrap()).unwrap();
+    std::fs::hard_link(root.path().join("key"), &target).unwrap();
+    let (dir, name) = crate::tools::reach::open_parent(&allowed, &located, true).unwrap();
+    let opened = dir.open_with(
+        &name,
+        cap_std::fs::OpenOptions::new().write(true).create_new(true),
+    );
+    assert!(opened.is_err(), "the planted link was opened");
+    // With nothing planted, the approved new file is written.
+    std::fs::remove_file(&target).unwrap();
+    let wrote = call(
+        &WriteFile,
+        &allowed,
+        json!({"path": target.to_str().unwrap(), "content": "fine"}),
+    )
+    .await;
+    assert!(matches!(wrote, ToolOutput::Completed { .. }), "{wrote:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "fine");
+}
+
+#[tokio::test]
+async fn a_path_ending_in_a_slash_is_not_taken_for_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ctx_in(dir.path());
+    let wrote = failure(call(&WriteFile, &ctx, json!({"path": "newdir/", "content": "x"})).await);
+    assert!(wrote.contains("names a directory"), "{wrote}");
+    assert!(!dir.path().join("newdir").exists());
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let read = failure(call(&ReadFile, &ctx, json!({"path": "a.txt/"})).await);
+    assert!(read.contains("names a directory"), "{read}");
+    let nul = failure(call(&ReadFile, &ctx, json!({"path": "a\0b"})).await);
+    assert!(nul.contains("NUL"), "{nul}");
+    let climbs = failure(call(&ReadFile, &ctx, json!({"path": "missing/../a.txt"})).await);
+    assert!(climbs.contains("climbs with `..`"), "{climbs}");
+}
+
 #[test]
 fn r2_7_what_a_tool_hands_back_never_carries_the_provider_key() {
     // Any variable's value stands in for the key here: PATH is always set.

@@ -1,6 +1,7 @@
 //! The fault campaign: the real binary, built with `failpoints`, aborted at each named
 //! failpoint in turn (and at its 1st, 2nd, 3rd hit where it sits in a loop) during a
-//! scripted workload with tool calls, streamed text, a compaction and a cancellation;
+//! scripted workload with tool calls (commands and an MCP server's), streamed text, a
+//! compaction and a cancellation;
 //! then relaunched. After every fault: the invariant checker (`doctor`) passes, no
 //! tool call ran twice (its side-effect file), and every prompt is in the transcript
 //! exactly once. A summary line counts faults injected and checks made; it is also
@@ -15,24 +16,24 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::recovery::events_of;
-use crate::support::{Env, code, helper_bin, signal, stderr, stdout};
+use crate::support::{Env, code, eventually, helper_bin, signal, stderr, stdout};
 
 /// Entry k answers the k-th assistant message of the session.
 pub(crate) const SCRIPT: &str = r#"
 [[step]]
 text = ["Looking ", "at ", "it."]
 delay_ms = 60
-tool_calls = [{ tool = "run_command", input = { command = "echo k0 >> ../effects.txt" } }]
+tool_calls = [{ tool = "run_command", input = { command = "echo k0 >> ../effects.txt" } }, { tool = "t__append", input = { line = "m0" } }]
 [[step]]
 text = ["Ran ", "it."]
 delay_ms = 20
-tool_calls = [{ tool = "run_command", input = { command = "echo k1 >> ../effects.txt" } }]
+tool_calls = [{ tool = "run_command", input = { command = "echo k1 >> ../effects.txt" } }, { tool = "t__append", input = { line = "m1" } }]
 [[step]]
 text = ["Done ", "with ", "that."]
 delay_ms = 20
 [[step]]
 text = ["Second."]
-tool_calls = [{ tool = "run_command", input = { command = "echo k3 >> ../effects.txt" } }]
+tool_calls = [{ tool = "t__append", input = { line = "m3" } }, { tool = "run_command", input = { command = "echo k3 >> ../effects.txt" } }]
 [[step]]
 text = ["Done ", "again."]
 [[step]]
@@ -42,8 +43,16 @@ delay_ms = 150
 text = ["Carrying on."]
 "#;
 
-/// Small enough that the workload compacts (at rest, before the second prompt).
-const CONFIG: &str = "[compaction]\ntoken_budget = 100\n";
+/// A budget small enough that the workload compacts (at rest, before the second
+/// prompt), and the test MCP server `t`, whose effects go to the scenario's
+/// `effects.txt` beside the commands'.
+fn config(root: &std::path::Path) -> String {
+    format!(
+        "[compaction]\ntoken_budget = 100\n[mcp.servers.t]\ncommand = {:?}\nargs = [\"mcp-server\", {:?}]\n",
+        helper_bin(),
+        root.display().to_string()
+    )
+}
 
 const PROMPTS: [&str; 3] = ["first prompt", "second prompt", "third prompt"];
 
@@ -59,6 +68,7 @@ const WORKLOAD_POINTS: &[&str] = &[
     "runner.after_tool_called",
     "runner.after_tool_dispatch",
     "runner.after_tool_completed",
+    "mcp.after_call_sent",
     "runner.before_clear",
     "compaction.before_ended",
     "cancel.before_commit",
@@ -165,7 +175,7 @@ impl Scenario {
         let script_path = env.root.path().join("script.toml");
         std::fs::write(&script_path, script).unwrap();
         let config = env.root.path().join("config.toml");
-        std::fs::write(&config, CONFIG).unwrap();
+        std::fs::write(&config, self::config(env.root.path())).unwrap();
         Scenario {
             work: work.to_string_lossy().into_owned(),
             script: script_path.to_string_lossy().into_owned(),
@@ -297,6 +307,15 @@ impl Scenario {
             &format!("{label}: each tool call ran at most once"),
             seen.values().all(|n| *n == 1),
             || format!("{seen:?}"),
+        );
+        // No MCP server outlived the Steward that ran it (its arguments name this
+        // scenario's directory, as nothing else still running does).
+        let root = self.env.root.path().display().to_string();
+        let leftover = || crate::support::processes_with(&format!("mcp-server\0{root}"));
+        tally.check(
+            &format!("{label}: no MCP server outlived its Steward"),
+            eventually(Duration::from_secs(2), || leftover().is_empty()),
+            || format!("still running: {:?}", leftover()),
         );
         let inspect = self
             .steward(None)

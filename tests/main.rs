@@ -12,6 +12,7 @@ mod crowd;
 mod docs;
 mod faults;
 mod hardening;
+mod mcp;
 mod nothing_lost;
 mod recovery;
 mod run;

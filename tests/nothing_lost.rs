@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::acp::{Driver, argv};
 use crate::run::{work_dir, write_script};
-use crate::support::{Env, code, helper_bin, holds_posix_lock, stderr, stdout};
+use crate::support::{Env, code, eventually, helper_bin, holds_posix_lock, stderr, stdout};
 use crate::tui::Tui;
 
 /// What `sqlite3 steward.db "select count(*) from session"` does: opens the file
@@ -148,29 +148,39 @@ fn r2_8_a_foreign_reader_s_close_never_deletes_the_log_of_steward_inspect() {
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     let mut tui = Tui::start(&env, Path::new(&work), &["inspect"]);
     tui.expect("Claims", Duration::from_secs(10));
-    // A writer beside it keeps the log in use; its close must not take it either.
     let listed: Value = serde_json::from_slice(&env.run(&["sessions", "--json"]).stdout).unwrap();
     let session = listed[0]["id"].as_str().unwrap().to_string();
-    let second = env
-        .cmd()
-        .args([
-            "--script",
-            &script,
-            "run",
-            "--session",
-            &session,
-            "second prompt",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(code(&second), 0, "{}", stderr(&second));
+    let run = |prompt: &str| {
+        let output = env
+            .cmd()
+            .args(["--script", &script, "run", "--session", &session, prompt])
+            .output()
+            .unwrap();
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    };
+    // A writer's commits ring the inspector's doorbell: its read attaches it to the
+    // log (the first writer's close may still have checkpointed and removed it).
+    run("second prompt");
+    assert!(
+        eventually(Duration::from_secs(10), || holds_posix_lock(
+            tui.child.id(),
+            &env.db()
+        )),
+        "steward inspect never took its SQLite lock"
+    );
+    // Attached, it keeps the log in use: a writer's close must not take it, nor a
+    // foreign reader's.
+    run("third prompt");
     read_beside(&env, "steward inspect", tui.child.id());
     tui.keys("q");
     assert!(
         tui.wait(Duration::from_secs(10))
             .is_some_and(|s| s.success())
     );
-    assert_eq!(prompts(&env), vec!["first prompt", "second prompt"]);
+    assert_eq!(
+        prompts(&env),
+        vec!["first prompt", "second prompt", "third prompt"]
+    );
     doctor_passes(&env);
 }
 

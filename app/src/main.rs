@@ -201,7 +201,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Discard { execution_id } => {
             commands::discard::run(store, ctx.clock.now_ms(), &execution_id)
         }
-        Command::Doctor { json } => commands::doctor::run(&store, ctx.clock.now_ms(), json),
+        Command::Doctor { json } => {
+            commands::doctor::run(&store, ctx.clock.now_ms(), json, &ctx.config)
+        }
         Command::Acp => acp::run(&ctx, store),
         Command::Inspect { .. } => unreachable!("handled before the store opens"),
     }

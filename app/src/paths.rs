@@ -16,6 +16,8 @@ pub struct Paths {
     pub config: PathBuf,
     /// The config file was named by `--config`/`STEWARD_CONFIG`, so it must exist.
     pub config_named: bool,
+    /// Where the config file is when none is named.
+    pub default_config: PathBuf,
 }
 
 impl Paths {
@@ -31,10 +33,13 @@ impl Paths {
             Some(state) if !named_data_dir => state.join("logs"),
             _ => data_dir.join("logs"),
         };
-        let (config, config_named) = match (config, &dirs) {
-            (Some(file), _) => (absolute(file)?, true),
-            (None, Some(dirs)) => (dirs.config_dir().join("config.toml"), false),
-            (None, None) => (data_dir.join("config.toml"), false),
+        let default_config = match &dirs {
+            Some(dirs) => dirs.config_dir().join("config.toml"),
+            None => data_dir.join("config.toml"),
+        };
+        let (config, config_named) = match config {
+            Some(file) => (absolute(file)?, true),
+            None => (default_config.clone(), false),
         };
         let database = data_dir.join("steward.db");
         Ok(Paths {
@@ -46,26 +51,46 @@ impl Paths {
             logs,
             config,
             config_named,
+            default_config,
         })
     }
 }
 
 impl Paths {
     /// Steward's own configuration, which file tools ask about every time: the
-    /// config file, and the directory it lies in when that is Steward's own (not
-    /// one named by `--config`).
+    /// config file in use, the one a run without `--config` would load, and the
+    /// directory that one lies in (Steward's own).
     pub fn settings(&self) -> Vec<PathBuf> {
-        let mut settings = vec![self.config.clone()];
-        if !self.config_named
-            && let Some(dir) = self.config.parent()
+        let mut settings = vec![self.config.clone(), self.default_config.clone()];
+        if let Some(dir) = self.default_config.parent()
             && dir != self.data_dir
         {
             settings.push(dir.to_path_buf());
         }
+        settings.dedup();
         settings
     }
 }
 
 fn absolute(path: PathBuf) -> Result<PathBuf> {
     std::path::absolute(&path).with_context(|| format!("cannot resolve {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r4_13_the_default_config_is_guarded_when_another_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("project/cfg.toml");
+        let paths = Paths::resolve(Some(dir.path().join("data")), Some(named.clone())).unwrap();
+        let settings = paths.settings();
+        assert!(settings.contains(&named), "{settings:?}");
+        assert!(
+            settings.contains(&paths.default_config),
+            "a later run without --config loads it: {settings:?}"
+        );
+        assert!(settings.contains(&paths.default_config.parent().unwrap().to_path_buf()));
+    }
 }

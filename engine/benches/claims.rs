@@ -60,6 +60,7 @@ fn fenced_commits(store: &mut Store, claim: &Claim, next: &mut i64) -> Duration 
         let message = format!("msg_{}", n / 25);
         let event = if n % 25 == 0 || n == 1 {
             Event::StepStarted {
+                tools: None,
                 message_id: message,
                 execution_id: claim.execution_id.clone(),
                 provider: "bench".into(),

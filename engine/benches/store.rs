@@ -50,6 +50,7 @@ impl Case {
                     "ses_bench",
                     0,
                     Event::StepStarted {
+                        tools: None,
                         message_id: "msg_0".into(),
                         execution_id: "exe_bench".into(),
                         provider: "bench".into(),
@@ -71,6 +72,7 @@ impl Case {
             let message = format!("msg_{}", now / 25);
             let event = if now % 25 == 0 {
                 Event::StepStarted {
+                    tools: None,
                     message_id: message,
                     execution_id: "exe_bench".into(),
                     provider: "bench".into(),

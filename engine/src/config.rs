@@ -17,6 +17,7 @@ pub struct Config {
     pub compaction: CompactionConfig,
     pub agent: AgentConfig,
     pub store: StoreConfig,
+    pub mcp: McpConfig,
 }
 
 impl Config {
@@ -79,6 +80,9 @@ impl Config {
         }
         if provider.request_timeout_ms == 0 {
             return Err("provider.request_timeout_ms must be at least 1".into());
+        }
+        for (name, server) in &self.mcp.servers {
+            server.validate(name)?;
         }
         Ok(())
     }
@@ -349,6 +353,102 @@ pub struct AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig { max_steps: 50 }
+    }
+}
+
+/// `[mcp]`: MCP tool servers (protocol §4.16).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// `[mcp.servers.NAME]`: each server's tools are offered as `NAME__TOOL`.
+    pub servers: std::collections::BTreeMap<String, McpServerConfig>,
+}
+
+/// `[mcp.servers.NAME]`: a stdio server (`command`, `args`, `env`) or a Streamable
+/// HTTP one (`url`, `headers`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program to run (looked up on `PATH`), in the session's directory.
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    /// Added to the server's environment. The provider's API key variable is never
+    /// passed on, even when named here.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// A Streamable HTTP endpoint, instead of `command`.
+    pub url: Option<String>,
+    /// HTTP headers sent with every request to `url` (`Authorization`, say).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// How long one `tools/call` may take before it is cancelled and its outcome
+    /// recorded as unknown.
+    pub timeout_ms: u64,
+    /// How long starting the server (spawn, `initialize`, `tools/list`) may take.
+    pub startup_timeout_ms: u64,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            command: None,
+            args: Vec::new(),
+            env: Default::default(),
+            url: None,
+            headers: Default::default(),
+            timeout_ms: 60_000,
+            startup_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl McpServerConfig {
+    /// The longest server name: its tools' names (`NAME__TOOL`) are at most 64
+    /// characters.
+    pub const MAX_NAME: usize = 32;
+
+    /// Checks one server's settings; errors name the key.
+    pub fn validate(&self, name: &str) -> Result<(), String> {
+        let key = format!("mcp.servers.{name}");
+        if name.is_empty()
+            || name.len() > Self::MAX_NAME
+            || name.contains("__")
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!(
+                "{key}: a server name is 1 to {} letters, digits, `_` or `-`, without `__`",
+                Self::MAX_NAME
+            ));
+        }
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => {
+                return Err(format!("{key}: set `command` or `url`, not both"));
+            }
+            (None, None) => return Err(format!("{key}: set `command` or `url`")),
+            (Some(command), None) if command.trim().is_empty() => {
+                return Err(format!("{key}.command is empty"));
+            }
+            (None, Some(url)) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(format!("{key}.url must start with http:// or https://"));
+            }
+            _ => {}
+        }
+        if self.command.is_some() && !self.headers.is_empty() {
+            return Err(format!(
+                "{key}.headers: only an HTTP server (`url`) takes headers"
+            ));
+        }
+        if self.url.is_some() && (!self.args.is_empty() || !self.env.is_empty()) {
+            return Err(format!(
+                "{key}: `args` and `env` are for a server run by `command`"
+            ));
+        }
+        if self.timeout_ms == 0 || self.startup_timeout_ms == 0 {
+            return Err(format!(
+                "{key}: timeout_ms and startup_timeout_ms must be at least 1"
+            ));
+        }
+        Ok(())
     }
 }
 

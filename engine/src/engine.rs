@@ -170,12 +170,19 @@ impl Engine {
         let mut config = options.config;
         // Commands never see the provider's key.
         config.tools.hidden_env = config.provider.api_key_env.iter().cloned().collect();
+        let mcp = crate::mcp::McpHub::new(
+            config.mcp.servers.clone(),
+            config.tools.hidden_env.clone(),
+            std::time::Duration::from_millis(config.tools.kill_grace_ms),
+            options.clock.clone(),
+        );
         let services = Services {
             db: options.db,
             clock: options.clock,
             config: Arc::new(config),
             provider: options.provider,
             tools: options.tools,
+            mcp,
             permission: options.permission,
             always: Arc::default(),
             events,
@@ -220,6 +227,26 @@ impl Engine {
             background: Mutex::new(None),
             shut_down: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Gives `session` MCP servers of its own besides the configured ones (ACP's
+    /// `mcpServers`): they start on its next step in this process.
+    pub async fn give_mcp_servers(
+        &self,
+        session_id: &str,
+        servers: std::collections::BTreeMap<String, crate::config::McpServerConfig>,
+    ) {
+        self.services.mcp.give(session_id, servers).await;
+    }
+
+    /// Stops `session`'s MCP servers in this process (its connection closed).
+    pub async fn close_mcp_servers(&self, session_id: &str) {
+        self.services.mcp.close_session(session_id).await;
+    }
+
+    /// The MCP servers running in this process.
+    pub fn mcp_servers(&self) -> Vec<crate::mcp::RunningServer> {
+        self.services.mcp.running()
     }
 
     /// One recovery pass now (protocol §5.1).
@@ -658,6 +685,8 @@ impl Engine {
         }
         let stopped = self.coordinator.stop_all();
         self.coordinator.wait_all_idle().await;
+        // Nothing runs any more: the MCP servers go, each with its grace.
+        self.services.mcp.shutdown().await;
         if !stopped.is_empty() {
             tracing::info!(sessions = ?stopped, "shutdown stopped running executions: handing them to recovery");
         }

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::message::{Finish, MessageError, ProcessIdentity, Usage};
+pub use crate::message::Unavailable;
+use crate::message::{Finish, McpCall, MessageError, ProcessIdentity, Usage};
 use crate::phase::Phase;
 
 /// How an input asks to be run (protocol §2.5 `session_input.delivery`).
@@ -36,6 +37,16 @@ impl Delivery {
             _ => None,
         }
     }
+}
+
+/// The tools a step offered the model: the hash of their specs as sent (the specs
+/// themselves are kept once per hash in `tool_list`), and the MCP servers whose
+/// tools are missing because they could not be started or listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfferedTools {
+    pub hash: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<Unavailable>,
 }
 
 /// One change to a session.
@@ -72,6 +83,9 @@ pub enum Event {
         execution_id: String,
         provider: String,
         model: String,
+        /// The tools the step offers the model (protocol §4.16).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tools: Option<OfferedTools>,
     },
 
     /// Coalesced streamed text appended to a text part.
@@ -92,13 +106,16 @@ pub enum Event {
         input: Value,
     },
 
-    /// The tool was dispatched; `process` names its process group when it has one.
+    /// The tool was dispatched; `process` names its process group when it has one
+    /// (an MCP stdio server's), `mcp` the request an MCP call is sent as.
     #[serde(rename = "tool.started")]
     ToolStarted {
         message_id: String,
         call_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         process: Option<ProcessIdentity>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp: Option<Box<McpCall>>,
     },
 
     #[serde(rename = "tool.completed")]

@@ -18,6 +18,7 @@ pub const NAMES: &[&str] = &[
     "runner.after_tool_called",
     "runner.after_tool_dispatch",
     "runner.after_tool_completed",
+    "mcp.after_call_sent",
     "runner.before_clear",
     "compaction.before_ended",
     "cancel.before_commit",

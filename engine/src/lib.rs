@@ -51,6 +51,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod inspect;
+pub mod mcp;
 pub mod message;
 pub mod printable;
 pub mod projection;

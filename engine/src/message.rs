@@ -224,6 +224,17 @@ pub struct AssistantData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     pub parts: Vec<Part>,
+    /// MCP servers whose tools the step could not offer, and why (protocol §4.16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// An MCP server whose tools (or one of them) a step could not offer, and why:
+/// `error` reads after the server's name ("did not start: …").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unavailable {
+    pub server: String,
+    pub error: String,
 }
 
 impl AssistantData {
@@ -363,6 +374,23 @@ pub struct ProcessIdentity {
     pub hostname: String,
 }
 
+/// An MCP `tools/call` as it was sent (protocol §4.16): committed in `tool.started`
+/// before the request leaves, so a crash can never leave a call sent but unrecorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCall {
+    /// The server's name (`[mcp.servers.NAME]`, or an ACP client's).
+    pub server: String,
+    /// The server's settings' fingerprint: which server this was, exactly.
+    pub fingerprint: String,
+    /// The tool's own name on the server.
+    pub tool: String,
+    /// The JSON-RPC request id the call is sent under.
+    pub request_id: Value,
+    /// The arguments sent (the call's input); kept in `tool.started` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+}
+
 /// `state` of a tool part: `status` plus what that status allows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolState {
@@ -381,6 +409,9 @@ pub struct ToolState {
     pub time: Option<ToolTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessIdentity>,
+    /// For an MCP tool: the server, tool and request it was sent as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Box<McpCall>>,
 }
 
 impl ToolState {
@@ -395,6 +426,7 @@ impl ToolState {
             error: None,
             time: None,
             process: None,
+            mcp: None,
         }
     }
 }
@@ -408,6 +440,7 @@ mod tests {
     #[test]
     fn r3_3_assistant_data_has_the_documented_shape() {
         let data = AssistantData {
+            unavailable: Vec::new(),
             execution_id: "exe_1".into(),
             provider: "scripted".into(),
             model: "demo".into(),

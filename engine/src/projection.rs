@@ -14,9 +14,9 @@ use crate::events::{Delivery, Event, EventRecord};
 use crate::ids;
 use crate::message::{
     AssistantData, CONTINUATION_LABEL, EXECUTION_INTERRUPTED, EXECUTION_INTERRUPTED_BY_RESTART,
-    Finish, MessageData, MessageError, MessageTime, PROVIDER_OUTCOME_UNKNOWN, Part, SyntheticData,
-    SyntheticKind, TOOL_INTERRUPTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROCESS_STOPPED, ToolPart,
-    ToolState, ToolStatus, ToolTime, UserData,
+    Finish, McpCall, MessageData, MessageError, MessageTime, PROVIDER_OUTCOME_UNKNOWN, Part,
+    SyntheticData, SyntheticKind, TOOL_INTERRUPTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROCESS_STOPPED,
+    ToolPart, ToolState, ToolStatus, ToolTime, UserData,
 };
 use crate::phase::Phase;
 
@@ -196,6 +196,7 @@ impl Fold<'_> {
                 execution_id,
                 provider,
                 model,
+                tools,
             } => {
                 let data = MessageData::Assistant(AssistantData {
                     execution_id: execution_id.clone(),
@@ -209,6 +210,10 @@ impl Fold<'_> {
                     error: None,
                     usage: None,
                     parts: Vec::new(),
+                    unavailable: tools
+                        .as_ref()
+                        .map(|t| t.unavailable.clone())
+                        .unwrap_or_default(),
                 });
                 self.insert_message(message_id, data)
             }
@@ -252,6 +257,7 @@ impl Fold<'_> {
                 message_id,
                 call_id,
                 process,
+                mcp,
             } => self.tool(message_id, call_id, &[ToolStatus::Pending], |t, now| {
                 t.status = ToolStatus::Running;
                 t.time = Some(ToolTime {
@@ -259,6 +265,13 @@ impl Fold<'_> {
                     end: None,
                 });
                 t.process = process.clone();
+                // The arguments are the call's input already.
+                t.mcp = mcp.as_deref().map(|call| {
+                    Box::new(McpCall {
+                        arguments: None,
+                        ..call.clone()
+                    })
+                });
             }),
             Event::ToolCompleted {
                 message_id,

@@ -45,6 +45,8 @@ pub struct Services {
     pub config: Arc<Config>,
     pub provider: Arc<dyn Provider>,
     pub tools: ToolRegistry,
+    /// The MCP servers of this process, by session.
+    pub mcp: crate::mcp::McpHub,
     pub permission: Arc<dyn Permission>,
     /// "Always allow" answers ([`crate::tools::AlwaysAllowed`]).
     pub always: Arc<crate::tools::AlwaysAllowed>,
@@ -133,6 +135,8 @@ pub struct Execution {
     current_message: Option<String>,
     /// Streamed text not yet committed, committed with a cancellation.
     pending_text: Option<(String, String, String)>,
+    /// The MCP tools the current step offered, by offered name.
+    offered: std::collections::BTreeMap<String, Arc<dyn crate::tools::Tool>>,
 }
 
 impl Execution {
@@ -153,6 +157,7 @@ impl Execution {
             lost,
             current_message: None,
             pending_text: None,
+            offered: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod open;
 pub(crate) mod pinned;
 pub mod rows;
 pub mod sessions;
+pub mod tool_lists;
 
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -382,6 +382,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
             }
             let message = format!("msg_a_{}", claim.execution_id);
             f.append(Event::StepStarted {
+                tools: None,
                 message_id: message.clone(),
                 execution_id: claim.execution_id.clone(),
                 provider: "p".into(),
@@ -407,6 +408,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                     input: serde_json::json!({"path": "."}),
                 })?;
                 f.append(Event::ToolStarted {
+                    mcp: None,
                     message_id: message.clone(),
                     call_id: "first".into(),
                     process: None,
@@ -419,6 +421,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 })?;
                 let second = format!("msg_b_{}", claim.execution_id);
                 f.append(Event::StepStarted {
+                    tools: None,
                     message_id: second.clone(),
                     execution_id: claim.execution_id.clone(),
                     provider: "p".into(),
@@ -437,6 +440,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                     input: serde_json::json!({"command": "crash"}),
                 })?;
                 f.append(Event::ToolStarted {
+                    mcp: None,
                     message_id: message,
                     call_id: "running".into(),
                     process: None,
@@ -458,6 +462,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                     _ => None,
                 };
                 f.append(Event::ToolStarted {
+                    mcp: None,
                     message_id: message.clone(),
                     call_id: call.into(),
                     process,

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ToolsConfig;
-use crate::message::ProcessIdentity;
+use crate::message::{McpCall, ProcessIdentity};
 use crate::provider::ToolSpec;
 
 /// A boxed future.
@@ -95,6 +95,9 @@ pub struct StopSignals {
 pub struct Prepared {
     /// The call's process group, when it has one; recorded in `tool.started`.
     pub process: Option<ProcessIdentity>,
+    /// For an MCP call: the request it will be sent as, held until it runs;
+    /// recorded in `tool.started`.
+    pub mcp: Option<McpCall>,
     run: Box<dyn FnOnce(StopSignals) -> BoxFuture<ToolOutput> + Send>,
 }
 
@@ -102,6 +105,7 @@ impl fmt::Debug for Prepared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Prepared")
             .field("process", &self.process)
+            .field("mcp", &self.mcp)
             .finish()
     }
 }
@@ -114,8 +118,15 @@ impl Prepared {
     ) -> Prepared {
         Prepared {
             process,
+            mcp: None,
             run: Box::new(run),
         }
+    }
+
+    /// The MCP request this call will be sent as.
+    pub fn with_mcp(mut self, call: McpCall) -> Prepared {
+        self.mcp = Some(call);
+        self
     }
 
     /// Starts the call. Dropping a `Prepared` without running it stops its process.

@@ -4,6 +4,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod mcp_server;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         ["interrupted", data_dir, count, dir] => {
             interrupted(PathBuf::from(data_dir), count.parse().expect("count"), dir)
         }
+        ["mcp-server", dir] => mcp_server::serve(PathBuf::from(dir)),
         _ => Err(format!("unknown helper command {args:?}")),
     };
     match result {
@@ -152,7 +155,7 @@ fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String>
                 let mut f = Fenced::check(tx, &claim, now)?;
                 let message = steward_engine::ids::new(steward_engine::ids::MESSAGE, now);
                 f.append(Event::InputPromoted { input_id: input.id, message_id: steward_engine::ids::new(steward_engine::ids::MESSAGE, now) })?;
-                f.append(Event::StepStarted { message_id: message.clone(), execution_id: claim.execution_id.clone(), provider: "scripted".into(), model: "demo".into() })?;
+                f.append(Event::StepStarted { message_id: message.clone(), execution_id: claim.execution_id.clone(), tools: None, provider: "scripted".into(), model: "demo".into() })?;
                 f.set_assistant(&message)?;
                 f.change_phase(PhaseChange::WorkStarted)?;
                 f.append(Event::StepEnded { message_id: message.clone(), finish: steward_engine::message::Finish::ToolCalls, usage: None })?;
@@ -163,7 +166,7 @@ fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String>
                     tool: "run_command".into(),
                     input: serde_json::json!({"command": format!("echo fixture-{i} >> effects.txt")}),
                 })?;
-                f.append(Event::ToolStarted { message_id: message, call_id: format!("call_fixture_{i}"), process: None })?;
+                f.append(Event::ToolStarted { message_id: message, call_id: format!("call_fixture_{i}"), process: None, mcp: None })?;
             }
             // The process exits holding every claim: its lock dies with it.
             std::mem::forget(owner);

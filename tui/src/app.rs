@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
+use steward_engine::mcp::RunningServer;
 
 use ratatui::crossterm::event::KeyEvent;
 use ratatui_textarea::TextArea;
@@ -59,15 +60,18 @@ pub enum Tab {
     Wakes,
     Recoveries,
     Owners,
+    /// The MCP servers this process runs (none in `steward inspect`).
+    Servers,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::Claims,
         Tab::Quarantine,
         Tab::Wakes,
         Tab::Recoveries,
         Tab::Owners,
+        Tab::Servers,
     ];
 
     pub fn title(self) -> &'static str {
@@ -77,6 +81,7 @@ impl Tab {
             Tab::Wakes => "Wakes",
             Tab::Recoveries => "Recoveries",
             Tab::Owners => "Owners",
+            Tab::Servers => "MCP",
         }
     }
 
@@ -84,8 +89,9 @@ impl Tab {
         Tab::ALL.iter().position(|t| *t == self).unwrap_or(0)
     }
 
-    pub fn count(self, counts: &Counts) -> i64 {
+    pub fn count(self, counts: &Counts, servers: usize) -> i64 {
         match self {
+            Tab::Servers => i64::try_from(servers).unwrap_or(i64::MAX),
             Tab::Claims => counts.claims,
             Tab::Quarantine => counts.quarantine,
             Tab::Wakes => counts.wakes,
@@ -103,6 +109,7 @@ pub enum Rows {
     Wakes(Vec<WakeView>),
     Recoveries(Vec<RecoveryView>),
     Owners(Vec<(OwnerRow, Liveness)>),
+    Servers(Vec<RunningServer>),
 }
 
 impl Rows {
@@ -113,6 +120,7 @@ impl Rows {
             Rows::Wakes(r) => r.len(),
             Rows::Recoveries(r) => r.len(),
             Rows::Owners(r) => r.len(),
+            Rows::Servers(r) => r.len(),
         }
     }
 
@@ -127,6 +135,7 @@ impl Rows {
             Rows::Wakes(_) => Tab::Wakes,
             Rows::Recoveries(_) => Tab::Recoveries,
             Rows::Owners(_) => Tab::Owners,
+            Rows::Servers(_) => Tab::Servers,
         }
     }
 
@@ -141,6 +150,10 @@ impl Rows {
             Rows::Wakes(r) => r.get(i)?.input_id.clone(),
             Rows::Recoveries(r) => r.get(i)?.execution_id.clone(),
             Rows::Owners(r) => r.get(i)?.0.id.clone(),
+            Rows::Servers(r) => {
+                let s = r.get(i)?;
+                format!("{}/{}", s.session_id, s.server)
+            }
         })
     }
 
@@ -152,6 +165,7 @@ impl Rows {
             Rows::Wakes(r) => r.get(i)?.session_id.clone(),
             Rows::Recoveries(r) => r.get(i)?.session_id.clone(),
             Rows::Owners(_) => return None,
+            Rows::Servers(r) => r.get(i)?.session_id.clone(),
         })
     }
 
@@ -162,7 +176,7 @@ impl Rows {
             Rows::Quarantine(r) => Some(r.get(i)?.execution_id.clone()),
             Rows::Wakes(r) => r.get(i)?.execution_id.clone(),
             Rows::Recoveries(r) => Some(r.get(i)?.execution_id.clone()),
-            Rows::Owners(_) => None,
+            Rows::Owners(_) | Rows::Servers(_) => None,
         }
     }
 }
@@ -181,6 +195,8 @@ pub struct Inspector {
     pub filter: String,
     pub editing_filter: bool,
     pub counts: Counts,
+    /// MCP servers running in this process.
+    pub servers: usize,
     /// Lines the detail pane is scrolled down.
     pub detail_scroll: u16,
 }
@@ -197,6 +213,7 @@ impl Default for Inspector {
             filter: String::new(),
             editing_filter: false,
             counts: Counts::default(),
+            servers: 0,
             detail_scroll: 0,
         }
     }
@@ -579,6 +596,8 @@ pub struct Loaded {
     pub transcript: Option<LoadedTranscript>,
     pub rows: Option<(PageRequest, Rows)>,
     pub own_claims: Option<Vec<(String, i64)>>,
+    /// The MCP servers this process runs, when it runs any (`steward`).
+    pub servers: Option<Vec<RunningServer>>,
     /// What could not be read (each part of a load stands alone).
     pub errors: Vec<String>,
 }

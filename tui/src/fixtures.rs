@@ -93,6 +93,28 @@ pub fn recovered_transcript() -> Vec<MessageRow> {
     ]
 }
 
+/// A step whose MCP tool ran, with a server that did not start.
+pub fn mcp_transcript() -> Vec<MessageRow> {
+    vec![message(
+        MessageKind::Assistant,
+        "msg_m1",
+        2,
+        json!({
+            "execution_id": "exe_m", "provider": "openai", "model": "qwen2.5-coder",
+            "time": {"created": NOW - 10_000, "completed": NOW - 9_000},
+            "finish": "stop",
+            "unavailable": [{"server": "search", "error": "did not start: cannot run `mcp-search`: No such file or directory (os error 2)"}],
+            "parts": [
+                {"id": "prt_m", "type": "tool", "call_id": "call_m", "tool": "notes__append",
+                 "state": {"status": "completed", "input": {"line": "buy milk"},
+                           "output": "appended buy milk",
+                           "mcp": {"server": "notes", "fingerprint": "sha256:00", "tool": "append", "request_id": 3},
+                           "time": {"start": NOW - 9_800, "end": NOW - 9_500}}}
+            ]
+        }),
+    )]
+}
+
 pub fn sessions() -> Vec<SessionSummary> {
     let row = |id: &str, title: &str, state| SessionSummary {
         id: id.into(),
@@ -253,6 +275,29 @@ pub fn owners() -> Rows {
             },
             Liveness::Dead,
         ),
+    ])
+}
+
+pub fn servers() -> Rows {
+    Rows::Servers(vec![
+        steward_engine::mcp::RunningServer {
+            session_id: SESSION.into(),
+            server: "notes".into(),
+            pid: Some(5151),
+            group: Some(5150),
+            url: None,
+            tools: 3,
+            since_ms: NOW - 45_000,
+        },
+        steward_engine::mcp::RunningServer {
+            session_id: SESSION.into(),
+            server: "search".into(),
+            pid: None,
+            group: None,
+            url: Some("http://127.0.0.1:8000/mcp".into()),
+            tools: 1,
+            since_ms: NOW - 40_000,
+        },
     ])
 }
 

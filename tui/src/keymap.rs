@@ -396,6 +396,13 @@ pub const KEYMAP: &[Binding] = &[
     },
     Binding {
         context: C::Inspector,
+        keys: &[ch('6')],
+        label: "6",
+        action: A::Tab(5),
+        help: "MCP servers of this process",
+    },
+    Binding {
+        context: C::Inspector,
         keys: &[ch('J')],
         label: "J",
         action: A::DetailDown,

@@ -7,9 +7,13 @@ use std::sync::mpsc;
 use steward_engine::clock::SharedClock;
 use steward_engine::inspect::Reader;
 use steward_engine::inspect::pages::PageRequest;
+use steward_engine::mcp::RunningServer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::app::{Extent, Loaded, LoadedTranscript, Msg, Rows, Tab, View};
+
+/// The MCP servers this process runs, read from the engine (not the file).
+pub type Servers = std::sync::Arc<dyn Fn() -> Vec<RunningServer> + Send + Sync>;
 
 /// The handle the event loop asks through.
 #[derive(Debug, Clone)]
@@ -19,7 +23,12 @@ pub struct Loader {
 
 impl Loader {
     /// Starts the loading thread over `reader`; results arrive on `inbox`.
-    pub fn spawn(reader: Reader, clock: SharedClock, inbox: UnboundedSender<Msg>) -> Loader {
+    pub fn spawn(
+        reader: Reader,
+        clock: SharedClock,
+        servers: Option<Servers>,
+        inbox: UnboundedSender<Msg>,
+    ) -> Loader {
         let (requests, incoming) = mpsc::channel::<View>();
         std::thread::Builder::new()
             .name("steward-tui-loader".into())
@@ -29,7 +38,11 @@ impl Loader {
                     while let Ok(newer) = incoming.try_recv() {
                         view = newer;
                     }
-                    let msg = Msg::Loaded(Box::new(load(&mut reader, clock.now_ms(), &view)));
+                    let mut loaded = load(&mut reader, clock.now_ms(), &view);
+                    if let Some(servers) = &servers {
+                        with_servers(&mut loaded, &view, servers());
+                    }
+                    let msg = Msg::Loaded(Box::new(loaded));
                     if inbox.send(msg).is_err() {
                         return;
                     }
@@ -76,6 +89,8 @@ pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
             Tab::Wakes => reader.wakes(request).map(Rows::Wakes),
             Tab::Recoveries => reader.recoveries(request).map(Rows::Recoveries),
             Tab::Owners => reader.owners(request).map(Rows::Owners),
+            // From the engine, not the file ([`with_servers`]).
+            Tab::Servers => Ok(Rows::Servers(Vec::new())),
         };
         match rows {
             Ok(rows) => loaded.rows = Some((request.clone(), rows)),
@@ -102,6 +117,25 @@ pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
     }
     loaded.errors = errors;
     loaded
+}
+
+/// Adds the MCP servers this process runs to `loaded`: their count, and the rows
+/// of the Servers tab (those whose session or name holds the filter).
+fn with_servers(loaded: &mut Loaded, view: &View, servers: Vec<RunningServer>) {
+    if let Some((Tab::Servers, _, request)) = &view.table {
+        let shown = servers
+            .iter()
+            .filter(|s| {
+                request
+                    .filter
+                    .as_deref()
+                    .is_none_or(|f| s.session_id.contains(f) || s.server.contains(f))
+            })
+            .cloned()
+            .collect();
+        loaded.rows = Some((request.clone(), Rows::Servers(shown)));
+    }
+    loaded.servers = Some(servers);
 }
 
 /// The messages `extent` names of a session (rows that cannot be decoded set

@@ -134,7 +134,10 @@ impl EventLoop {
         asks: Option<Asks>,
     ) -> EventLoop {
         let (inbox, messages) = mpsc::unbounded_channel();
-        let loader = Loader::spawn(reader, options.clock.clone(), inbox.clone());
+        let servers = engine.clone().map(|engine| {
+            std::sync::Arc::new(move || engine.mcp_servers()) as crate::loader::Servers
+        });
+        let loader = Loader::spawn(reader, options.clock.clone(), servers, inbox.clone());
         let bell = Arc::new(Notify::new());
         let watcher = steward_engine::doorbell::watch(&options.data_dir, bell.clone())
             .map(|w| Box::new(w) as Box<dyn std::any::Any>);

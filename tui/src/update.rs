@@ -322,6 +322,9 @@ fn on_turn_ended(app: &mut App, session_id: &str, outcome: &SessionOutcome) {
 /// Takes a load's results into the state, keeping selections on the same rows.
 fn apply(app: &mut App, loaded: Loaded) {
     app.now_ms = loaded.now_ms;
+    if let Some(servers) = &loaded.servers {
+        app.inspector.servers = servers.len();
+    }
     if let Some(counts) = loaded.counts {
         app.counts = counts;
         app.inspector.counts = counts;

@@ -179,6 +179,7 @@ impl Agent {
     fn initialize(&self, _request: Box<InitializeRequest>) -> Result<Value, Failure> {
         let capabilities = AgentCapabilities::new()
             .load_session(true)
+            .mcp_capabilities(agent_client_protocol_schema::v1::McpCapabilities::new().http(true))
             .session_capabilities(SessionCapabilities::new().list(SessionListCapabilities::new()));
         to_value(
             InitializeResponse::new(ProtocolVersion::V1)

@@ -474,6 +474,7 @@ mod tests {
             input: json!({"command": "sleep 300"}),
         };
         let started = Event::ToolStarted {
+            mcp: None,
             message_id: "msg_a".into(),
             call_id: "call_1".into(),
             process: None,

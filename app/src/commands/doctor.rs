@@ -1,5 +1,6 @@
 //! `steward doctor [--json]`: integrity, schema version, the projection replay check
-//! and every invariant. Never recovers or runs anything. On a file Steward refuses
+//! and every invariant; then each configured MCP server, started (in the current
+//! directory), listed and stopped. Never recovers or runs a session. On a file Steward refuses
 //! to open it explains which check failed, what it found and what the user can do,
 //! reading the file only.
 
@@ -15,11 +16,65 @@ use crate::paths::Paths;
 
 use crate::output::out;
 
-pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
+/// What `doctor` found of one configured MCP server.
+#[derive(Debug, serde::Serialize)]
+struct ServerCheck {
+    name: String,
+    ok: bool,
+    tools: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Starts each configured MCP server in the current directory, lists its tools and
+/// stops it.
+fn check_servers(config: &steward_engine::config::Config) -> Result<Vec<ServerCheck>> {
+    if config.mcp.servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cwd = std::env::current_dir()?;
+    let hidden: Vec<String> = config.provider.api_key_env.iter().cloned().collect();
+    let grace = std::time::Duration::from_millis(config.tools.kill_grace_ms);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(async {
+        let mut checks = Vec::new();
+        for (name, server) in &config.mcp.servers {
+            let probed =
+                steward_engine::mcp::McpHub::probe(name, server, &cwd, &hidden, grace).await;
+            checks.push(match probed {
+                Ok(tools) => ServerCheck {
+                    name: name.clone(),
+                    ok: true,
+                    tools,
+                    error: None,
+                },
+                Err(error) => ServerCheck {
+                    name: name.clone(),
+                    ok: false,
+                    tools: Vec::new(),
+                    error: Some(error),
+                },
+            });
+        }
+        checks
+    }))
+}
+
+pub fn run(
+    store: &Store,
+    now_ms: i64,
+    json: bool,
+    config: &steward_engine::config::Config,
+) -> Result<ExitCode> {
     let report = doctor::check(store.conn(), now_ms)?;
+    let servers = check_servers(config)?;
+    let servers_ok = servers.iter().all(|s| s.ok);
     if json {
         let mut value = serde_json::to_value(&report)?;
         value["path"] = store.path().map(|p| p.display().to_string()).into();
+        value["mcp_servers"] = serde_json::to_value(&servers)?;
         out!("{value}");
     } else {
         let path = store
@@ -58,9 +113,33 @@ pub fn run(store: &Store, now_ms: i64, json: bool) -> Result<ExitCode> {
                 out!("            (open tools outside a live claim wait for `steward recover`)");
             }
         }
-        out!("{}", if report.ok { "ok" } else { "problems found" });
+        for server in &servers {
+            let clean = steward_engine::printable::clean;
+            match &server.error {
+                None => out!(
+                    "mcp         {}: starts, {} tool{}: {}",
+                    clean(&server.name),
+                    server.tools.len(),
+                    if server.tools.len() == 1 { "" } else { "s" },
+                    clean(&server.tools.join(", "))
+                ),
+                Some(error) => out!(
+                    "mcp         {}: does not start: {}",
+                    clean(&server.name),
+                    clean(error)
+                ),
+            }
+        }
+        out!(
+            "{}",
+            if report.ok && servers_ok {
+                "ok"
+            } else {
+                "problems found"
+            }
+        );
     }
-    Ok(if report.ok {
+    Ok(if report.ok && servers_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -259,6 +259,19 @@ impl Printer {
             return;
         }
         match &record.event {
+            Event::StepStarted {
+                tools: Some(tools), ..
+            } => {
+                // A server that did not start is said, not silently missing.
+                for missing in &tools.unavailable {
+                    self.end_line();
+                    say!(
+                        "steward: MCP server `{}` {}",
+                        steward_engine::printable::clean(&missing.server),
+                        steward_engine::printable::clean(&missing.error)
+                    );
+                }
+            }
             Event::StepText { text, .. } => {
                 let text = self.printable.push(text);
                 crate::output::write(format_args!("{text}"));

@@ -163,6 +163,7 @@ fn build(path: &Path, spec: Spec) {
                     for (message, last) in [(&first, false), (&second, true)] {
                         append(
                             Event::StepStarted {
+                                tools: None,
                                 message_id: message.clone(),
                                 execution_id: origin.execution_id.clone(),
                                 provider: "scripted".into(),
@@ -205,6 +206,7 @@ fn build(path: &Path, spec: Spec) {
                         if !last {
                             append(
                                 Event::ToolStarted {
+                                    mcp: None,
                                     message_id: message.clone(),
                                     call_id: call.clone(),
                                     process: None,

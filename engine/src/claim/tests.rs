@@ -87,6 +87,7 @@ fn write_functions() -> Vec<(&'static str, WriteFn)> {
         ("append", |tx, c, now| {
             Fenced::check(tx, c, now)?
                 .append(Event::StepStarted {
+                    tools: None,
                     message_id: "msg_a".into(),
                     execution_id: c.execution_id.clone(),
                     provider: "p".into(),
@@ -105,6 +106,7 @@ fn write_functions() -> Vec<(&'static str, WriteFn)> {
         ("unset_assistant", |tx, c, now| {
             let mut f = Fenced::check(tx, c, now)?;
             f.append(Event::StepStarted {
+                tools: None,
                 message_id: "msg_a".into(),
                 execution_id: c.execution_id.clone(),
                 provider: "p".into(),
@@ -185,6 +187,7 @@ fn r4_3_acquire_snapshots_the_latest_assistant_seq() {
         .write(|tx| {
             let mut f = Fenced::check(tx, &claim, T0)?;
             f.append(Event::StepStarted {
+                tools: None,
                 message_id: "msg_a".into(),
                 execution_id: claim.execution_id.clone(),
                 provider: "p".into(),
@@ -205,6 +208,7 @@ fn r4_4_events_record_the_owner_execution_and_epoch_they_were_written_under() {
     let record = store
         .write(|tx| {
             Fenced::check(tx, &claim, T0)?.append(Event::StepStarted {
+                tools: None,
                 message_id: "msg_a".into(),
                 execution_id: claim.execution_id.clone(),
                 provider: "p".into(),
@@ -346,6 +350,7 @@ fn i7_runner_settlement_never_overwrites_a_cancellation() {
         .write(|tx| {
             let mut f = Fenced::check(tx, &claim, T0)?;
             f.append(Event::StepStarted {
+                tools: None,
                 message_id: "msg_a".into(),
                 execution_id: claim.execution_id.clone(),
                 provider: "p".into(),

@@ -48,6 +48,7 @@ impl Log {
 
     fn start_step(&mut self, message_id: &str) {
         self.push(Event::StepStarted {
+            tools: None,
             message_id: message_id.into(),
             execution_id: "exe_1".into(),
             provider: "scripted".into(),
@@ -231,6 +232,7 @@ fn r3_3_a_step_streams_text_calls_tools_and_ends() {
         hostname: "h".into(),
     };
     log.push(Event::ToolStarted {
+        mcp: None,
         message_id: "msg_a".into(),
         call_id: "c1".into(),
         process: Some(process.clone()),
@@ -250,6 +252,7 @@ fn r3_3_a_step_streams_text_calls_tools_and_ends() {
     assert_eq!(
         tool_state(a, "c1"),
         ToolState {
+            mcp: None,
             status: ToolStatus::Completed,
             input: json!({"command": "ls"}),
             output: Some("a\nb".into()),
@@ -283,6 +286,7 @@ fn tool_states_only_move_forward() {
         error: "denied".into(),
     });
     let start_failed = log.try_push(Event::ToolStarted {
+        mcp: None,
         message_id: "msg_a".into(),
         call_id: "c1".into(),
         process: None,
@@ -316,6 +320,7 @@ fn r4_8_cancellation_errors_the_assistant_and_its_open_tools() {
     log.call_tool("msg_a", "c1", json!({}));
     log.call_tool("msg_a", "c2", json!({}));
     log.push(Event::ToolStarted {
+        mcp: None,
         message_id: "msg_a".into(),
         call_id: "c2".into(),
         process: None,
@@ -394,6 +399,7 @@ fn r5_4_recovery_completes_the_assistant_and_normalises_its_tools() {
     log.start_step("msg_a");
     log.call_tool("msg_a", "done", json!({"command": "true"}));
     log.push(Event::ToolStarted {
+        mcp: None,
         message_id: "msg_a".into(),
         call_id: "done".into(),
         process: None,
@@ -407,6 +413,7 @@ fn r5_4_recovery_completes_the_assistant_and_normalises_its_tools() {
     log.call_tool("msg_a", "raw", json!("{\"comm"));
     log.call_tool("msg_a", "run", json!({"command": "sleep 9"}));
     log.push(Event::ToolStarted {
+        mcp: None,
         message_id: "msg_a".into(),
         call_id: "run".into(),
         process: None,
@@ -440,6 +447,7 @@ fn r5_4_recovery_completes_the_assistant_and_normalises_its_tools() {
     assert_eq!(
         raw,
         ToolState {
+            mcp: None,
             status: ToolStatus::Error,
             input: json!({}),
             output: None,

@@ -141,6 +141,7 @@ mod tests {
             row(
                 2,
                 MessageData::Assistant(AssistantData {
+                    unavailable: Vec::new(),
                     execution_id: "exe_1".into(),
                     provider: "p".into(),
                     model: "m".into(),

@@ -283,6 +283,7 @@ fn i2_never_recover_an_execution_superseded_by_a_newer_assistant() {
                 "ses_1",
                 T0 + 1,
                 Event::StepStarted {
+                    tools: None,
                     message_id: "msg_newer".into(),
                     execution_id: "exe_newer".into(),
                     provider: "p".into(),
@@ -319,6 +320,7 @@ fn i2_never_recover_an_execution_superseded_by_a_newer_assistant() {
                 "ses_2",
                 T0 + 1,
                 Event::StepStarted {
+                    tools: None,
                     message_id: "msg_other".into(),
                     execution_id: "exe_other".into(),
                     provider: "p".into(),

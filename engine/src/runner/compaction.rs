@@ -112,6 +112,7 @@ impl Execution {
         self.current_message = Some(message_id.clone());
         self.commit(move |f| {
             f.append(Event::StepStarted {
+                tools: None,
                 message_id: message_id.clone(),
                 execution_id,
                 provider: provider.name().to_string(),

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::claim::Cleared;
-use crate::events::Event;
+use crate::events::{Event, OfferedTools};
 use crate::ids;
 use crate::message::{Finish, MessageError, MessageKind, Usage};
 use crate::phase::PhaseChange;
@@ -63,29 +63,76 @@ impl Tail {
     }
 }
 
+/// The hash of the tool specs a step sends (`sha256:` and the digest in hex) and
+/// the specs as the JSON it is taken over.
+fn tool_list(tools: &[crate::provider::ToolSpec]) -> (String, String) {
+    use sha2::Digest;
+    let listed = serde_json::to_string(
+        &tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                })
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_or_default();
+    let digest = sha2::Sha256::digest(listed.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    (format!("sha256:{hex}"), listed)
+}
+
 impl Execution {
     pub(crate) async fn step(&mut self, messages: Vec<MessageRow>) -> Flow<StepEnd> {
         let step_index = messages
             .iter()
             .filter(|m| m.data.kind() == MessageKind::Assistant)
             .count();
+        // The session's MCP servers are started (or found running) first; what the
+        // step offers is recorded with it, so a transcript can be replayed against
+        // what the model saw.
+        let offer = {
+            let (mcp, session) = (self.services.mcp.clone(), self.claim.session_id.clone());
+            let directory = std::path::PathBuf::from(&self.session.directory);
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = self.lost.cancelled() => return Err(Stop::Lost),
+                offer = mcp.offer(&session, &directory) => offer,
+            }
+        };
+        let mut tools = self.services.tools.specs();
+        tools.extend(offer.tools.values().map(|t| t.spec()));
+        self.offered = offer.tools;
+        let (hash, listed) = tool_list(&tools);
+        let offered = OfferedTools {
+            hash: hash.clone(),
+            unavailable: offer.unavailable,
+        };
+        for missing in &offered.unavailable {
+            tracing::warn!(server = %missing.server, error = %missing.error, "an MCP server's tools are not offered");
+        }
         let request = ProviderRequest {
             session_id: self.claim.session_id.clone(),
             purpose: Purpose::Step,
             step_index,
             messages: context::conversation(&self.session.directory, &messages),
-            tools: self.services.tools.specs(),
+            tools,
         };
         let provider = self.services.provider.clone();
         let message_id = ids::new(ids::MESSAGE, self.services.clock.now_ms());
         let (execution_id, id) = (self.claim.execution_id.clone(), message_id.clone());
         let (name, model) = (provider.name().to_string(), provider.model().to_string());
         self.commit(move |f| {
+            crate::store::tool_lists::keep(f.tx(), &hash, &listed, f.now_ms())?;
             f.append(Event::StepStarted {
                 message_id: id.clone(),
                 execution_id,
                 provider: name,
                 model,
+                tools: Some(offered),
             })?;
             f.set_assistant(&id)?;
             f.change_phase(PhaseChange::WorkStarted).map(drop)

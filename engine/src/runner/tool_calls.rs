@@ -57,7 +57,12 @@ impl Execution {
         message_id: &str,
         call: &ToolCall,
     ) -> Flow<Result<(String, Option<Value>), String>> {
-        let Some(tool) = self.services.tools.get(&call.tool) else {
+        let Some(tool) = self
+            .services
+            .tools
+            .get(&call.tool)
+            .or_else(|| self.offered.get(&call.tool).cloned())
+        else {
             return Ok(Err(format!("unknown tool `{}`", call.tool)));
         };
         if let Value::String(raw) = &call.input {
@@ -97,7 +102,10 @@ impl Execution {
             Err(error) => return Ok(Err(error)),
         };
         let session = &self.claim.session_id;
-        let allowed = tools.allow.iter().any(|t| t == &call.tool)
+        let allowed = tools
+            .allow
+            .iter()
+            .any(|t| crate::mcp::allows(t, &call.tool))
             || self.services.always.allows(session, &call.tool);
         if !allowed || assessment.guarded.is_some() {
             let request = PermissionRequest {
@@ -128,13 +136,15 @@ impl Execution {
             Ok(prepared) => prepared,
             Err(error) => return Ok(Err(error)),
         };
-        // The dispatch boundary: `tool.started` (with the process identity) commits
-        // before the tool may do anything that matters. If it fails, dropping
-        // `prepared` stops the gated process.
-        let (id, call_id, process) = (
+        // The dispatch boundary: `tool.started` (with the process identity, and an
+        // MCP call's request) commits before the tool may do anything that matters.
+        // If it fails, dropping `prepared` stops the gated process, or drops the
+        // held MCP request unsent.
+        let (id, call_id, process, mcp) = (
             message_id.to_string(),
             call.call_id.clone(),
             prepared.process.clone(),
+            prepared.mcp.clone().map(Box::new),
         );
         self.may_dispatch()?;
         self.commit(move |f| {
@@ -142,6 +152,7 @@ impl Execution {
                 message_id: id,
                 call_id,
                 process,
+                mcp,
             })
             .map(drop)
         })

@@ -32,6 +32,10 @@ pub const MIGRATIONS: &[Migration] = &[
         id: "0004_owner_host",
         sql: include_str!("../../../migrations/0004_owner_host.sql"),
     },
+    Migration {
+        id: "0005_tool_list",
+        sql: include_str!("../../../migrations/0005_tool_list.sql"),
+    },
 ];
 
 const CREATE_SCHEMA_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS schema_migration (

@@ -37,7 +37,8 @@ fn r2_5_the_migrations_create_every_table_and_index() {
             "session_execution",
             "session_input",
             "session_message",
-            "session_recovery"
+            "session_recovery",
+            "tool_list"
         ]
     );
     assert_eq!(

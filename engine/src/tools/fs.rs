@@ -208,11 +208,13 @@ impl Tool for ReadFile {
     }
 }
 
-/// Refuses a path ending in `/` for a tool that takes a file: it names a directory.
+/// Refuses a path ending in `/` or `/.` (or `.` itself) for a tool that takes a
+/// file: it names a directory.
 fn names_a_file(path: &str, verb: &str) -> Result<(), String> {
-    if path.ends_with('/') {
+    let last = path.rsplit('/').next().unwrap_or("");
+    if path.ends_with('/') || last == "." || last == ".." {
         return Err(format!(
-            "cannot {verb} {path}: a path ending in `/` names a directory, not a file"
+            "cannot {verb} {path}: a path ending in `/`, `.` or `..` names a directory, not a file"
         ));
     }
     Ok(())

@@ -50,12 +50,44 @@ done"#;
 /// a Steward tool wrapper.
 pub(crate) const WRAPPER_NAME: &str = "steward-tool";
 
+/// The wrapper of an MCP stdio server ([`ServerProcess`]): no gate (a server's
+/// start has no effect a transcript must know of first; its calls are gated one by
+/// one instead), and the server keeps the wrapper's stdin — a background command's
+/// stdin would otherwise be `/dev/null` — so the requests reach it. Like
+/// [`WRAPPER`], it kills its group when its parent dies and outlives a SIGTERM to
+/// the group until the server has ended.
+pub(crate) const SERVER_WRAPPER: &str = r#"trap 'kill -KILL 0' HUP
+trap ':' TERM
+exec 3<&0 0</dev/null
+"$@" <&3 3<&- &
+child=$!
+exec 3<&-
+while :; do
+  wait "$child"
+  status=$?
+  kill -0 "$child" 2>/dev/null || exit "$status"
+done"#;
+
+/// [`SERVER_WRAPPER`]'s `$0`.
+pub(crate) const SERVER_WRAPPER_NAME: &str = "steward-mcp-server";
+
 /// Set to `1` to start tool processes without `PR_SET_PDEATHSIG` (tests of the
 /// recovery path that stops leftover process groups).
 pub const NO_PDEATHSIG_ENV: &str = "STEWARD_TEST_NO_PDEATHSIG";
 
+/// What to start: a tool command (gated) or an MCP server.
+#[derive(Debug, Clone)]
+enum Program {
+    Command(String),
+    Server {
+        program: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+}
+
 struct SpawnRequest {
-    command: String,
+    program: Program,
     cwd: PathBuf,
     hidden_env: Vec<String>,
     runtime: tokio::runtime::Handle,
@@ -73,7 +105,7 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
                 while let Ok(request) = rx.recv() {
                     let _runtime = request.runtime.enter();
                     let _ = request.reply.send(spawn_here(
-                        &request.command,
+                        &request.program,
                         &request.cwd,
                         &request.hidden_env,
                     ));
@@ -84,16 +116,27 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
     })
 }
 
-fn spawn_here(command: &str, cwd: &Path, hidden_env: &[String]) -> io::Result<Child> {
+fn spawn_here(program: &Program, cwd: &Path, hidden_env: &[String]) -> io::Result<Child> {
     let mut cmd = Command::new("sh");
+    match program {
+        Program::Command(command) => {
+            cmd.arg("-c").arg(WRAPPER).arg(WRAPPER_NAME).arg(command);
+        }
+        Program::Server { program, args, env } => {
+            cmd.arg("-c")
+                .arg(SERVER_WRAPPER)
+                .arg(SERVER_WRAPPER_NAME)
+                .arg(program)
+                .args(args)
+                .envs(env.iter().map(|(k, v)| (k, v)));
+        }
+    }
+    // After the server's own variables: a secret is never passed on, even when
+    // named there.
     for var in hidden_env {
         cmd.env_remove(var);
     }
-    cmd.arg("-c")
-        .arg(WRAPPER)
-        .arg(WRAPPER_NAME)
-        .arg(command)
-        .current_dir(cwd)
+    cmd.current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -157,31 +200,8 @@ impl GatedProcess {
         cwd: &Path,
         hidden_env: &[String],
     ) -> io::Result<GatedProcess> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        spawner()
-            .send(SpawnRequest {
-                command: command.to_string(),
-                cwd: cwd.to_path_buf(),
-                hidden_env: hidden_env.to_vec(),
-                runtime: tokio::runtime::Handle::current(),
-                reply,
-            })
-            .map_err(|_| io::Error::other("the tool spawner thread is gone"))?;
-        let mut child = answer
-            .await
-            .map_err(|_| io::Error::other("the tool spawner dropped a request"))??;
-        let pid = child
-            .id()
-            .ok_or_else(|| io::Error::other("the tool process has no pid"))?
-            as i32;
-        let identity = match identify(pid) {
-            Some(identity) => identity,
-            None => {
-                kill_group(pid, libc::SIGKILL);
-                let _ = child.wait().await;
-                return Err(io::Error::other("cannot read the tool process's identity"));
-            }
-        };
+        let (mut child, identity) =
+            spawn(Program::Command(command.to_string()), cwd, hidden_env).await?;
         let gate = child.stdin.take();
         Ok(GatedProcess {
             child,
@@ -252,6 +272,163 @@ impl GatedProcess {
         {
             kill_group(self.identity.pgid, libc::SIGKILL);
             let _ = self.child.wait().await;
+        }
+    }
+}
+
+/// Starts `program` on the spawner thread, in a process group of its own, and
+/// reads its identity (a process whose identity cannot be read is killed).
+async fn spawn(
+    program: Program,
+    cwd: &Path,
+    hidden_env: &[String],
+) -> io::Result<(Child, ProcessIdentity)> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    spawner()
+        .send(SpawnRequest {
+            program,
+            cwd: cwd.to_path_buf(),
+            hidden_env: hidden_env.to_vec(),
+            runtime: tokio::runtime::Handle::current(),
+            reply,
+        })
+        .map_err(|_| io::Error::other("the tool spawner thread is gone"))?;
+    let mut child = answer
+        .await
+        .map_err(|_| io::Error::other("the tool spawner dropped a request"))??;
+    let pid = child
+        .id()
+        .ok_or_else(|| io::Error::other("the tool process has no pid"))? as i32;
+    match identify(pid) {
+        Some(identity) => Ok((child, identity)),
+        None => {
+            kill_group(pid, libc::SIGKILL);
+            let _ = child.wait().await;
+            Err(io::Error::other("cannot read the tool process's identity"))
+        }
+    }
+}
+
+/// An MCP stdio server: started in a process group of its own under
+/// `SERVER_WRAPPER`, dying with Steward however Steward dies (as a command does),
+/// and stopped — SIGTERM, a grace, SIGKILL — when it is dropped or told to.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    pub identity: ProcessIdentity,
+    /// The last bytes the server wrote to stderr, for an error that says why.
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    stopped: bool,
+}
+
+/// How much of a server's stderr [`ServerProcess::stderr_tail`] keeps.
+const STDERR_TAIL: usize = 4096;
+
+impl ServerProcess {
+    /// Starts `program args…` in `cwd` with `env` added and `hidden_env` removed.
+    /// Its stdin and stdout are the caller's (the MCP transport); its stderr is
+    /// drained, the last few kilobytes kept.
+    pub async fn spawn(
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+        cwd: &Path,
+        hidden_env: &[String],
+    ) -> io::Result<(ServerProcess, ChildStdin, tokio::process::ChildStdout)> {
+        let (mut child, identity) = spawn(
+            Program::Server {
+                program: program.to_string(),
+                args: args.to_vec(),
+                env: env.to_vec(),
+            },
+            cwd,
+            hidden_env,
+        )
+        .await?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            kill_group(identity.pgid, libc::SIGKILL);
+            return Err(io::Error::other("the server's pipes are missing"));
+        };
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        if let Some(mut pipe) = child.stderr.take() {
+            let tail = stderr.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.extend_from_slice(&buf[..n]);
+                    let excess = tail.len().saturating_sub(STDERR_TAIL);
+                    tail.drain(..excess);
+                }
+            });
+        }
+        Ok((
+            ServerProcess {
+                child,
+                identity,
+                stderr,
+                stopped: false,
+            },
+            stdin,
+            stdout,
+        ))
+    }
+
+    /// The last lines the server wrote to stderr, trimmed.
+    pub fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&tail).trim().to_string()
+    }
+
+    /// Whether the server has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The server's own pid: the child of its wrapper (which leads the group),
+    /// where `/proc` tells; else the wrapper's.
+    pub fn server_pid(&self) -> i32 {
+        let leader = self.identity.pid;
+        std::fs::read_to_string(format!("/proc/{leader}/task/{leader}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .unwrap_or(leader)
+    }
+
+    /// Stops the server as MCP asks of a client: its stdin is closed already (the
+    /// connection ended), so it may exit by itself within half of `grace`; then
+    /// SIGTERM to its group and the other half; then SIGKILL.
+    pub async fn stop(&mut self, grace: Duration) {
+        if self.stopped {
+            return;
+        }
+        let half = grace / 2;
+        if tokio::time::timeout(half, self.child.wait()).await.is_err() {
+            kill_group(self.identity.pgid, libc::SIGTERM);
+            if tokio::time::timeout(half, self.child.wait()).await.is_err() {
+                kill_group(self.identity.pgid, libc::SIGKILL);
+                let _ = self.child.wait().await;
+            }
+        }
+        // Whatever it left behind in its group goes too.
+        kill_group(self.identity.pgid, libc::SIGKILL);
+        self.stopped = true;
+    }
+
+    /// Kills the server's group at once.
+    pub fn kill(&mut self) {
+        kill_group(self.identity.pgid, libc::SIGKILL);
+        self.stopped = true;
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if !self.stopped {
+            kill_group(self.identity.pgid, libc::SIGKILL);
         }
     }
 }
@@ -408,8 +585,8 @@ pub fn find_leftover(identity: &ProcessIdentity) -> Result<LeftoverGroup, Leftov
     })
 }
 
-/// Whether `pid` runs this build's tool wrapper (`sh -c WRAPPER steward-tool …`) as
-/// this user.
+/// Whether `pid` runs this build's tool wrapper (`sh -c WRAPPER steward-tool …`) or
+/// MCP server wrapper as this user.
 fn is_wrapper(pid: i32) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
@@ -419,10 +596,13 @@ fn is_wrapper(pid: i32) -> bool {
     // SAFETY: getuid has no preconditions and cannot fail.
     let me = unsafe { libc::getuid() };
     let ours = std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me);
-    ours && args.len() >= 4
-        && args[1] == b"-c"
-        && args[2] == WRAPPER.as_bytes()
-        && args[3] == WRAPPER_NAME.as_bytes()
+    let wrapper = |script: &str, name: &str| {
+        args.len() >= 4
+            && args[1] == b"-c"
+            && args[2] == script.as_bytes()
+            && args[3] == name.as_bytes()
+    };
+    ours && (wrapper(WRAPPER, WRAPPER_NAME) || wrapper(SERVER_WRAPPER, SERVER_WRAPPER_NAME))
 }
 
 #[cfg(test)]

@@ -11,12 +11,13 @@
 //! may hold the credentials, and `$HOME` may be unset or point elsewhere.
 //!
 //! A run then opens exactly what was located, or nothing: the directory the target
-//! lies in is opened beneath the session's directory without leaving it
-//! (`cap-std`: `openat2` with `RESOLVE_BENEATH` where the kernel has it), or — for
-//! a guarded path the user approved — from its nearest existing ancestor, and either
-//! way checked to be the very directory located; the target itself is then opened in
-//! it by name, without following a link. A path that resolves elsewhere at run time
-//! than when the user was asked is refused, and so is one whose directories were
+//! lies in is opened one component at a time from `/` without following any link
+//! (`cap-fs-ext`'s `open_dir_nofollow`: every link was resolved when the path was
+//! located, so a component that is a link now was swapped since) and, where the
+//! kernel can tell, checked to be the very directory located; the target itself is
+//! then opened in it by name, without following a link. A path that resolves
+//! elsewhere at run time than when the user was asked is refused, and so is one
+//! whose directories were
 //! swapped for links since it was located. An approval binds the file the user was
 //! asked about: the same file (device, inode) if it existed then, and a file created
 //! by the run itself (never one that appeared since) if it did not.
@@ -120,6 +121,13 @@ fn canonical(path: &Path) -> PathBuf {
     real_path(path, 0).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Where a protected place leads: `None` when that cannot be told (a link that
+/// climbs with `..` out of a directory that does not exist yet, say) — it may lead
+/// anywhere, so everything counts as inside it.
+fn leads_to(place: &Path) -> Option<PathBuf> {
+    real_path(place, 0).ok()
+}
+
 /// The user's home directories: `$HOME` (when set, non-empty and absolute) and the
 /// home the password database records, which may differ (`sudo`, sandboxes) or be
 /// all there is (`$HOME` unset).
@@ -191,8 +199,10 @@ fn locate_in(ctx: &ToolContext, path: &str, homes: &[PathBuf]) -> Result<Located
     // (into a dotfiles folder inside the session, say), and the path may reach it
     // through one.
     let within = |place: &Path| {
-        let places = [lexical(place), canonical(place)];
-        places
+        let Some(real) = leads_to(place) else {
+            return true;
+        };
+        [lexical(place), real]
             .iter()
             .any(|d| path.starts_with(d) || asked.starts_with(d))
     };
@@ -243,7 +253,9 @@ fn lexical(path: &Path) -> PathBuf {
 /// part, plus the rest. A dangling link is followed to where it points, so a write
 /// through it is judged by where it would land.
 fn real_path(wanted: &Path, depth: usize) -> Result<PathBuf, String> {
-    const MAX_LINKS: usize = 16;
+    // The kernel's own limit (`MAXSYMLINKS` on Linux): a longer chain cannot lead
+    // anywhere.
+    const MAX_LINKS: usize = 40;
     if depth > MAX_LINKS {
         return Err(format!("{}: too many symbolic links", wanted.display()));
     }
@@ -330,39 +342,53 @@ fn check_is(dir: &Dir, expected: &Path) -> Result<(), String> {
     }
 }
 
-/// Opens the directory `path` (a located path, or its parent) exactly: beneath the
-/// session's directory when it lies there, else — it was approved — from its
-/// nearest existing ancestor; creating what is missing when `create` says so. What
-/// is opened is checked to be `path` itself.
-pub fn open_dir(ctx: &ToolContext, path: &Path, create: bool) -> Result<Dir, String> {
+/// Opens the directory `path` (a located path, or its parent) exactly: one
+/// component at a time from `/`, following no link at all — every link was
+/// resolved when the path was located, so a component that is a link now was
+/// swapped since, and is refused — and creating what is missing when `create`
+/// says so. Where the kernel can tell (`/proc/self/fd`), what is opened is also
+/// checked to be `path` itself.
+pub fn open_dir(_ctx: &ToolContext, path: &Path, create: bool) -> Result<Dir, String> {
+    use cap_fs_ext::DirExt;
     let cannot = |e: std::io::Error| format!("cannot open {}: {e}", path.display());
-    let base = canonical(&ctx.directory);
-    let (start, rest) = match path.strip_prefix(&base) {
-        Ok(rest) if base.parent().is_some() => (base.clone(), rest.to_path_buf()),
-        _ => {
-            let mut start = path.to_path_buf();
-            while std::fs::symlink_metadata(&start).is_err() {
-                if !start.pop() {
-                    return Err(format!("cannot open {}", path.display()));
+    let changed = || {
+        format!(
+            "{} changed since it was checked (a directory on the way is a link now): refused",
+            path.display()
+        )
+    };
+    let mut dir = Dir::open_ambient_dir("/", ambient_authority()).map_err(cannot)?;
+    for component in path.components() {
+        let name = match component {
+            Component::RootDir => continue,
+            Component::Normal(name) => name,
+            _ => {
+                return Err(format!(
+                    "cannot open {}: it is not resolved",
+                    path.display()
+                ));
+            }
+        };
+        let opened = match dir.open_dir_nofollow(name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                match dir.create_dir(name) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(format!("cannot create {}: {e}", path.display()));
+                    }
+                    _ => dir.open_dir_nofollow(name),
                 }
             }
-            let rest = path
-                .strip_prefix(&start)
-                .unwrap_or(Path::new(""))
-                .to_path_buf();
-            (start, rest)
-        }
-    };
-    let root = Dir::open_ambient_dir(&start, ambient_authority()).map_err(cannot)?;
-    check_is(&root, &start)?;
-    if rest.as_os_str().is_empty() {
-        return Ok(root);
+            other => other,
+        };
+        dir = match opened {
+            Ok(next) => next,
+            // A link (ELOOP) or a file (ENOTDIR) where a directory was located.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                return Err(changed());
+            }
+            Err(e) => return Err(cannot(e)),
+        };
     }
-    if create {
-        root.create_dir_all(&rest)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    }
-    let dir = root.open_dir(&rest).map_err(cannot)?;
     check_is(&dir, path)?;
     Ok(dir)
 }
@@ -492,6 +518,41 @@ mod tests {
     }
 
     #[test]
+    fn r4_13_a_credential_link_that_cannot_be_followed_yet_guards_everything() {
+        // `~/.docker` climbs out of a directory that does not exist yet: where it
+        // will lead cannot be told, so every path asks.
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/nothere/../docker", home.join(".docker")).unwrap();
+        let ctx = ctx_in(&home.join("dotfiles"));
+        assert_eq!(
+            guard(&ctx, "docker/config.json", &home),
+            Some(Guard::Credentials)
+        );
+        // A chain of links longer than the old limit but within the kernel's is
+        // followed to where it lands.
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        for i in 0..19 {
+            let next = if i == 18 {
+                "ssh".to_string()
+            } else {
+                format!("l{}", i + 1)
+            };
+            std::os::unix::fs::symlink(next, home.join(format!("dotfiles/l{i}"))).unwrap();
+        }
+        std::os::unix::fs::symlink("dotfiles/l0", home.join(".ssh")).unwrap();
+        let ctx = ctx_in(&home.join("dotfiles"));
+        assert_eq!(
+            guard(&ctx, "ssh/authorized_keys", &home),
+            Some(Guard::Credentials)
+        );
+        assert_eq!(guard(&ctx, "notes.txt", &home), None);
+    }
+
+    #[test]
     fn r4_13_the_home_in_the_password_database_is_a_home_too() {
         let passwd = passwd_home().expect("the password database names a home");
         assert!(passwd.is_absolute());
@@ -562,7 +623,7 @@ mod tests {
         std::fs::remove_dir(work.join("sub")).unwrap();
         std::os::unix::fs::symlink(&outside, work.join("sub")).unwrap();
         let refused = open_parent(&ctx, &located, true).unwrap_err();
-        assert!(refused.contains("cannot"), "{refused}");
+        assert!(refused.contains("is a link now"), "{refused}");
         assert!(
             !outside.join("deeper").exists(),
             "a directory was created outside the session"
@@ -572,9 +633,8 @@ mod tests {
         std::fs::create_dir_all(work.join("other/deeper")).unwrap();
         std::os::unix::fs::symlink("other", work.join("sub")).unwrap();
         let refused = open_parent(&ctx, &located, true).unwrap_err();
-        assert!(
-            refused.contains("changed since it was checked"),
-            "{refused}"
-        );
+        // Refused by the walk itself, which follows no link: no `/proc` needed.
+        assert!(refused.contains("is a link now"), "{refused}");
+        assert!(!work.join("other/deeper/file.txt").exists());
     }
 }

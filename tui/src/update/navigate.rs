@@ -24,6 +24,7 @@ pub(super) fn empty_rows(tab: Tab) -> Rows {
         Tab::Wakes => Rows::Wakes(Vec::new()),
         Tab::Recoveries => Rows::Recoveries(Vec::new()),
         Tab::Owners => Rows::Owners(Vec::new()),
+        Tab::Servers => Rows::Servers(Vec::new()),
     }
 }
 

@@ -33,7 +33,11 @@ fn tab_line(app: &App) -> Line<'static> {
         if i > 0 {
             spans.push(Span::styled(" │ ", t.style(Role::Muted)));
         }
-        let text = format!("{} {}", tab.title(), tab.count(&app.inspector.counts));
+        let text = format!(
+            "{} {}",
+            tab.title(),
+            tab.count(&app.inspector.counts, app.inspector.servers)
+        );
         let role = if *tab == app.inspector.tab {
             Role::Selected
         } else {
@@ -212,6 +216,32 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                 })
                 .collect(),
         ),
+        Rows::Servers(rows) => (
+            vec!["SERVER", "SESSION", "PID / URL", "TOOLS", "STARTED"],
+            vec![
+                Constraint::Length(18),
+                Constraint::Length(16),
+                Constraint::Length(36),
+                Constraint::Length(6),
+                Constraint::Min(10),
+            ],
+            rows.iter()
+                .map(|s| {
+                    let reach = match (s.pid, &s.url) {
+                        (Some(pid), _) => pid.to_string(),
+                        (None, Some(url)) => url.clone(),
+                        (None, None) => String::new(),
+                    };
+                    Row::new(vec![
+                        Span::raw(s.server.clone()),
+                        Span::raw(short_id(&s.session_id)),
+                        Span::raw(reach),
+                        Span::raw(s.tools.to_string()),
+                        Span::raw(super::clock_time(app, s.since_ms)),
+                    ])
+                })
+                .collect(),
+        ),
         Rows::Owners(rows) => (
             vec!["OWNER", "PID", "HOST", "ALIVE", "STARTED"],
             vec![
@@ -245,6 +275,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
         ),
     };
     let empty = rows.is_empty();
+    let servers_here = app.mode == Mode::Chat;
     let table = Table::new(rows, widths)
         .header(Row::new(header).style(t.style(Role::Muted)))
         .row_highlight_style(t.style(Role::Selected))
@@ -256,7 +287,12 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
     frame.render_stateful_widget(table, area, &mut state);
     if empty {
         let [_, below] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
-        let note = if app.inspector.filter.is_empty() {
+        let note = if app.inspector.tab == Tab::Servers && !servers_here {
+            "`steward inspect` runs no MCP servers: they run in the process that runs their session."
+                .to_string()
+        } else if app.inspector.tab == Tab::Servers && app.inspector.filter.is_empty() {
+            "No MCP server runs in this process.".to_string()
+        } else if app.inspector.filter.is_empty() {
             format!("No {} rows.", app.inspector.tab.title().to_lowercase())
         } else {
             format!("No rows match “{}”.", app.inspector.filter)
@@ -291,6 +327,7 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
         Rows::Quarantine(r) => r.get(i).map(pretty),
         Rows::Wakes(r) => r.get(i).map(pretty),
         Rows::Recoveries(r) => r.get(i).map(pretty),
+        Rows::Servers(r) => r.get(i).map(pretty),
         Rows::Owners(r) => r.get(i).map(|(owner, liveness)| {
             #[derive(serde::Serialize)]
             struct OwnerDetail<'a> {

@@ -32,7 +32,9 @@ fn inspector(tab: Tab) -> App {
         Tab::Wakes => fixtures::wakes(),
         Tab::Recoveries => fixtures::recoveries(),
         Tab::Owners => fixtures::owners(),
+        Tab::Servers => fixtures::servers(),
     };
+    app.inspector.servers = fixtures::servers().len();
     app
 }
 
@@ -49,6 +51,24 @@ fn a_recovered_transcript_shows_each_restart_text_once_and_the_tool_error() {
     assert!(text.contains("Tool execution outcome unknown after server restart"));
     assert!(text.contains("↻ Continuing after restart"));
     assert_snapshot!(text);
+}
+
+#[test]
+fn an_mcp_call_shows_its_server_and_tool_and_a_server_that_did_not_start_is_said() {
+    let lines = crate::view::transcript::lines(
+        &crate::theme::Theme::from_env(),
+        &fixtures::mcp_transcript(),
+        &[],
+        false,
+        100,
+    );
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let text = text.join("\n");
+    assert!(text.contains("notes › append (MCP)"), "{text}");
+    assert!(
+        text.contains("⚠ MCP server `search` did not start: cannot run `mcp-search`"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -94,6 +114,17 @@ fn the_recoveries_tab() {
 #[test]
 fn the_owners_tab() {
     assert_snapshot!(screen(&inspector(Tab::Owners), 110, 20));
+}
+
+#[test]
+fn the_mcp_tab_shows_the_servers_this_process_runs_with_their_pids() {
+    let text = screen(&inspector(Tab::Servers), 110, 20);
+    assert!(text.contains("MCP 2"), "{text}");
+    assert!(
+        text.contains("5151") && text.contains("http://127.0.0.1:8000/mcp"),
+        "{text}"
+    );
+    assert_snapshot!(text);
 }
 
 #[test]

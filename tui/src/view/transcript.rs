@@ -158,6 +158,11 @@ fn assistant(
             theme.style(Role::Muted),
         ),
     ]));
+    // An MCP server that did not start is said where the user looks.
+    for missing in &a.unavailable {
+        let text = format!("MCP server `{}` {}", missing.server, missing.error);
+        text_block(out, theme, Some(("⚠ ", Role::Warn)), &text, Role::Warn);
+    }
     let mut shown_texts: Vec<&str> = Vec::new();
     for part in &a.parts {
         match part {
@@ -220,14 +225,33 @@ fn tool_lines(
         .and_then(|t| Some(t.end? - t.start?))
         .map(|ms| format!(" {:.1} s", ms as f64 / 1000.0))
         .unwrap_or_default();
-    out.push(Line::from(vec![
-        Span::styled(" ▸ ".to_string(), theme.style(Role::Muted)),
-        Span::styled(tool.tool.clone(), theme.style(Role::Title)),
+    // An MCP tool is named by its server and its own name.
+    let mcp = state
+        .mcp
+        .as_ref()
+        .map(|m| (m.server.clone(), m.tool.clone()))
+        .or_else(|| {
+            tool.tool
+                .split_once("__")
+                .map(|(s, t)| (s.to_string(), t.to_string()))
+        });
+    let mut line = vec![Span::styled(" ▸ ".to_string(), theme.style(Role::Muted))];
+    match mcp {
+        Some((server, own)) => {
+            line.push(Span::styled(clean(&server), theme.style(Role::Muted)));
+            line.push(Span::styled(" › ".to_string(), theme.style(Role::Muted)));
+            line.push(Span::styled(clean(&own), theme.style(Role::Title)));
+            line.push(Span::styled(" (MCP)".to_string(), theme.style(Role::Muted)));
+        }
+        None => line.push(Span::styled(tool.tool.clone(), theme.style(Role::Title))),
+    }
+    line.extend([
         Span::raw("  "),
         Span::styled(summary(&state.input), theme.style(Role::Muted)),
         Span::raw("  "),
         Span::styled(format!("{mark}{took}"), theme.style(role)),
-    ]));
+    ]);
+    out.push(Line::from(line));
     if let Some(error) = &state.error {
         let by_recovery = error.starts_with(TOOL_OUTCOME_UNKNOWN);
         let (label, role) = if by_recovery {

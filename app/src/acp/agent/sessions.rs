@@ -1,6 +1,7 @@
 //! `session/new`, `session/load` and `session/list`.
 
 use super::*;
+use steward_engine::config::McpServerConfig;
 
 impl Agent {
     pub(super) async fn new_session(&self, request: NewSessionRequest) -> Result<Value, Failure> {
@@ -14,12 +15,7 @@ impl Agent {
                 ),
             ));
         }
-        if !request.mcp_servers.is_empty() {
-            tracing::warn!(
-                servers = request.mcp_servers.len(),
-                "MCP servers are not supported: the session runs with Steward's own tools"
-            );
-        }
+        let servers = mcp_servers(request.mcp_servers)?;
         let cwd = cwd
             .canonicalize()
             .map_err(|e| (INVALID_PARAMS, e.to_string()))?;
@@ -32,6 +28,7 @@ impl Agent {
             .create_session(&title, &cwd.to_string_lossy())
             .await
             .map_err(engine_failure)?;
+        self.engine.give_mcp_servers(&session.id, servers).await;
         // Its only event so far is its creation (seq 0).
         self.views.open_new(&session.id, 0);
         to_value(NewSessionResponse::new(session.id))
@@ -41,6 +38,13 @@ impl Agent {
     /// left of it. Its due wake starts after the answer ([`Agent::follow_up`]).
     pub(super) async fn load(&self, request: LoadSessionRequest) -> Result<Value, Failure> {
         let id = request.session_id.0.to_string();
+        let servers = match mcp_servers(request.mcp_servers) {
+            Ok(servers) => servers,
+            Err(e) => {
+                self.views.abandon_load(&id);
+                return Err(e);
+            }
+        };
         let loaded = async {
             if !self.engine.session_exists(&id).await? {
                 return Err(Error::NotFound {
@@ -48,6 +52,8 @@ impl Agent {
                     id: id.clone(),
                 });
             }
+            // Before anything of it can run here (its wake starts after the answer).
+            self.engine.give_mcp_servers(&id, servers).await;
             self.engine.recover_if_due().await?;
             self.engine.transcript(&id).await
         }
@@ -133,4 +139,82 @@ fn list_sessions(
     };
     let next = more.then(|| page.after.clone()).flatten();
     to_value(ListSessionsResponse::new(sessions).next_cursor(next))
+}
+
+/// The MCP servers a client gives a session, as Steward's settings: stdio and HTTP
+/// (advertised in `mcpCapabilities`); SSE is refused. A client's names are made
+/// into server names tools can be offered under (`SERVER__TOOL`): letters, digits,
+/// `_` and `-`, no `__`, at most 32 characters, unique.
+fn mcp_servers(
+    servers: Vec<agent_client_protocol_schema::v1::McpServer>,
+) -> Result<std::collections::BTreeMap<String, McpServerConfig>, Failure> {
+    use agent_client_protocol_schema::v1::McpServer;
+    let mut out = std::collections::BTreeMap::new();
+    for server in servers {
+        let (name, config) = match server {
+            McpServer::Stdio(stdio) => (
+                stdio.name,
+                McpServerConfig {
+                    command: Some(stdio.command.to_string_lossy().into_owned()),
+                    args: stdio.args,
+                    env: stdio.env.into_iter().map(|v| (v.name, v.value)).collect(),
+                    ..McpServerConfig::default()
+                },
+            ),
+            McpServer::Http(http) => (
+                http.name,
+                McpServerConfig {
+                    url: Some(http.url),
+                    headers: http
+                        .headers
+                        .into_iter()
+                        .map(|h| (h.name, h.value))
+                        .collect(),
+                    ..McpServerConfig::default()
+                },
+            ),
+            _ => {
+                return Err((
+                    INVALID_PARAMS,
+                    "only stdio and http MCP servers are supported (mcpCapabilities)".into(),
+                ));
+            }
+        };
+        let name = server_name(&name, &out);
+        config
+            .validate(&name)
+            .map_err(|e| (INVALID_PARAMS, format!("MCP server {name:?}: {e}")))?;
+        out.insert(name, config);
+    }
+    Ok(out)
+}
+
+/// `name` as a server name (see [`mcp_servers`]), not yet in `taken`.
+fn server_name(name: &str, taken: &std::collections::BTreeMap<String, McpServerConfig>) -> String {
+    let mut base: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while base.contains("__") {
+        base = base.replace("__", "_");
+    }
+    let base = base.trim_matches('_').to_string();
+    let base: String = if base.is_empty() {
+        "mcp".into()
+    } else {
+        base.chars().take(McpServerConfig::MAX_NAME - 3).collect()
+    };
+    let mut candidate = base.clone();
+    let mut n = 2;
+    while taken.contains_key(&candidate) {
+        candidate = format!("{base}-{n}");
+        n += 1;
+    }
+    candidate
 }

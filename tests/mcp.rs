@@ -677,3 +677,118 @@ fn r4_16_doctor_lists_each_configured_server_and_whether_it_starts() {
         stdout(&text)
     );
 }
+
+/// The reference server over Streamable HTTP, on a free port of loopback; killed
+/// when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        ensure_everything();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new("node")
+            .arg(everything())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (ready, listening) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("listening on port") {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        listening
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the reference server did not listen");
+        HttpServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn r4_16_conformance_with_the_reference_server_over_streamable_http() {
+    let server = HttpServer::start();
+    let env = Env::new();
+    let work = work_dir(&env);
+    let config = env.root.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.servers.web]\nurl = {:?}\ntimeout_ms = 1500\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let script = step("web__get-sum", "{ a = 40, b = 2 }")
+        + &step(
+            "web__trigger-long-running-operation",
+            "{ duration = 30, steps = 30 }",
+        )
+        + &step("web__echo", "{ message = \"over http\" }")
+        + DONE;
+    let script = write_script(&env, "script.toml", &script);
+    let output = env
+        .cmd()
+        .arg("--config")
+        .arg(&config)
+        .args(["--script", &script, "run", "--yes", "--dir", &work, "go"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let session = only_session(&env);
+    let tools: Vec<Value> = show(&env, &session)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["data"]["parts"].as_array().cloned().unwrap_or_default())
+        .filter(|p| p["type"] == "tool")
+        .collect();
+    assert!(
+        tools[0]["state"]["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("42"),
+        "{}",
+        tools[0]
+    );
+    let slow = tools[1]["state"]["error"].as_str().unwrap_or("");
+    assert!(slow.contains("no answer within 1500 ms"), "{}", tools[1]);
+    assert!(
+        tools[2]["state"]["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("over http"),
+        "{}",
+        tools[2]
+    );
+    // An HTTP call has no process of Steward's to record.
+    let started = show(&env, &session)["messages"].to_string();
+    assert!(started.contains("\"server\":\"web\""), "{started}");
+}

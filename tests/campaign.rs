@@ -444,6 +444,7 @@ fn campaign_aborts_at_every_failpoint_and_everything_holds_after_relaunch() {
                     scenario.env.data.to_str().unwrap(),
                     "150",
                     &scenario.work,
+                    "script",
                 ])
                 .env_remove("FAILPOINTS")
                 .output()

@@ -28,6 +28,7 @@ fn interrupted(scenario: &Scenario, n: usize) {
             scenario.env.data.to_str().unwrap(),
             &n.to_string(),
             &scenario.work,
+            "script",
         ])
         .env_remove("FAILPOINTS")
         .output()

@@ -28,7 +28,9 @@ fn execute(env: &Env, statement: &str) {
 }
 
 /// `count` sessions interrupted while a tool ran, their owner dead (the helper exits).
-fn interrupted(env: &Env, count: usize, work: &str) {
+/// `count` sessions interrupted while a tool ran, their steps on the scripted
+/// `model`.
+fn interrupted(env: &Env, count: usize, work: &str, model: &str) {
     std::fs::create_dir_all(&env.data).unwrap();
     let out = Command::new(helper_bin())
         .args([
@@ -36,6 +38,7 @@ fn interrupted(env: &Env, count: usize, work: &str) {
             env.data.to_str().unwrap(),
             &count.to_string(),
             work,
+            model,
         ])
         .env_remove("FAILPOINTS")
         .output()
@@ -65,12 +68,12 @@ fn r5_7_waking_one_execution_leaves_every_other_sessions_continuation_pending() 
     let env = Env::new();
     let work = work_dir(&env);
     // Session B: interrupted, reconciled, its continuation waiting for a wake.
-    interrupted(&env, 1, &work);
+    interrupted(&env, 1, &work, "slow");
     let output = env.run(&["recover", "--no-wake"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let b: String = sql(&env, "SELECT session_id FROM session_recovery");
     // Session A: interrupted too, its claim quarantined for the user.
-    interrupted(&env, 1, &work);
+    interrupted(&env, 1, &work, "slow");
     let exe_a: String = sql(&env, "SELECT id FROM session_execution");
     execute(
         &env,
@@ -577,7 +580,7 @@ fn r5_1_a_long_run_recovers_a_dead_owners_claims_on_its_timer_and_leaves_their_w
     assert!(eventually(Duration::from_secs(10), || events_of(&env)
         .contains(&"step.text".to_string())));
     // Another process dies holding two claims while the run goes on.
-    interrupted(&env, 2, &work);
+    interrupted(&env, 2, &work, "demo");
     let recovered = eventually(Duration::from_secs(3), || {
         let snapshot = inspect(&env);
         snapshot["recoveries"].as_array().unwrap().len() == 2

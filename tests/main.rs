@@ -14,6 +14,7 @@ mod faults;
 mod hardening;
 mod mcp;
 mod nothing_lost;
+mod providers;
 mod recovery;
 mod run;
 mod store_refusals;

@@ -185,7 +185,8 @@ fn r2_8_a_foreign_reader_s_close_never_deletes_the_log_of_steward_inspect() {
 }
 
 /// `count` sessions whose executions were interrupted while a tool ran, left by a
-/// process that is gone.
+/// process that is gone; their steps ran on the scripted model `on` (the script
+/// these tests continue them with).
 fn interrupted(env: &Env, count: usize, work: &str) {
     std::fs::create_dir_all(&env.data).unwrap();
     let fixture = Command::new(helper_bin())
@@ -194,6 +195,7 @@ fn interrupted(env: &Env, count: usize, work: &str) {
             env.data.to_str().unwrap(),
             &count.to_string(),
             work,
+            "on",
         ])
         .env_remove("FAILPOINTS")
         .output()
@@ -237,7 +239,7 @@ fn r5_7_one_damaged_continuation_keeps_no_other_session_from_waking() {
     let report: Value = serde_json::from_slice(&recover.stdout).unwrap();
     assert_eq!(
         report["wakes"],
-        json!({"redriven": 2, "failed": 0, "quarantined": 1}),
+        json!({"redriven": 2, "failed": 0, "quarantined": 1, "waiting": 0}),
         "{report}"
     );
     assert_eq!(

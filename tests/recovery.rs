@@ -82,7 +82,7 @@ fn r5_sigkill_while_a_tool_sleeps_is_reconciled_and_continued_without_repeating_
     assert_eq!(report["recovered"][0]["phase"], "ready");
     assert_eq!(
         report["wakes"],
-        serde_json::json!({"redriven": 1, "failed": 0, "quarantined": 0})
+        serde_json::json!({"redriven": 1, "failed": 0, "quarantined": 0, "waiting": 0})
     );
     assert!(report["duration_ms"].as_u64().unwrap() < 1_000, "{report}");
     assert!(wall < Duration::from_secs(5), "relaunch took {wall:?}");
@@ -261,8 +261,14 @@ fn r5_8_a_parked_wake_is_continued_by_steward_wake_and_a_discarded_one_never_run
     let listed: Value = serde_json::from_str(&stdout(&env.run(&["sessions", "--json"]))).unwrap();
     assert_eq!(listed[0]["state"], "quarantined");
     let execution = parked[0]["execution_id"].as_str().unwrap().to_string();
-    // The user continues it from the inspector's action.
-    let fast = write_script(&env, "fast.toml", "[[step]]\ntext = [\"Resumed.\"]\n");
+    // The user continues it from the inspector's action (with a quicker script of
+    // the same name: the session's model is its script's, protocol §4.17).
+    std::fs::create_dir_all(env.root.path().join("quick")).unwrap();
+    let fast = write_script(
+        &env,
+        "quick/crashy.toml",
+        "[[step]]\ntext = [\"Resumed.\"]\n",
+    );
     let output = env
         .cmd()
         .args(["--script", &fast, "wake", &execution])

@@ -18,6 +18,9 @@ pub struct Context {
     pub paths: Paths,
     pub config: Config,
     pub clock: SharedClock,
+    /// `--provider` or `--model` was given: the user chose them, for a session
+    /// named too (protocol §4.17).
+    pub model_chosen: bool,
 }
 
 impl Context {

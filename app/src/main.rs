@@ -180,6 +180,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         paths,
         config,
         clock,
+        model_chosen: cli.provider.is_some() || cli.model.is_some(),
     };
     let Some(command) = cli.command else {
         return commands::chat::run(&ctx, store, cli.mouse);

@@ -123,6 +123,10 @@ fn show(event: &EngineEvent) {
             session_id,
             outcome,
         } => println!("\n{session_id} is idle ({outcome})"),
-        EngineEvent::Finished { .. } => {}
+        EngineEvent::Retrying { error, at_ms, .. } => {
+            println!("\n{error}: trying again at {at_ms}")
+        }
+        // Execution endings, and kinds of event added later.
+        _ => {}
     }
 }

@@ -81,6 +81,24 @@ impl Config {
         if provider.request_timeout_ms == 0 {
             return Err("provider.request_timeout_ms must be at least 1".into());
         }
+        if provider.max_tokens == 0 {
+            return Err("provider.max_tokens must be at least 1".into());
+        }
+        if let Some(budget) = provider.thinking_budget
+            && (budget < 1024 || budget >= provider.max_tokens)
+        {
+            return Err(format!(
+                "provider.thinking_budget = {budget} must be at least 1024 and below provider.max_tokens ({})",
+                provider.max_tokens
+            ));
+        }
+        if let Some(num_ctx) = provider.num_ctx
+            && num_ctx < 512
+        {
+            return Err(format!(
+                "provider.num_ctx = {num_ctx} is too small: it must be at least 512 tokens"
+            ));
+        }
         for (name, server) in &self.mcp.servers {
             server.validate(name)?;
         }
@@ -185,12 +203,15 @@ pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), Strin
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// `scripted` (built in, offline) or `openai` (any OpenAI-compatible server).
+    /// `scripted` (built in, offline), `openai` (any OpenAI-compatible server),
+    /// `anthropic` (the Messages API) or `ollama` (Ollama's native API).
     pub name: String,
     /// The scripted provider's TOML script; the built-in demo when unset.
     pub script: Option<PathBuf>,
-    /// `openai`: the API root, e.g. `http://127.0.0.1:11434/v1`.
-    pub base_url: String,
+    /// The API root: `openai` with its `/v1` (`http://127.0.0.1:8080/v1` when
+    /// unset), `anthropic` without it (`https://api.anthropic.com`), `ollama` its
+    /// server (`http://127.0.0.1:11434`).
+    pub base_url: Option<String>,
     pub model: Option<String>,
     /// `openai`: the environment variable holding the API key, if any.
     pub api_key_env: Option<String>,
@@ -208,6 +229,35 @@ pub struct ProviderConfig {
     pub max_tool_arguments_bytes: usize,
     /// How much of an error answer's body is read, in bytes.
     pub max_error_body_bytes: usize,
+    /// `anthropic`: the most tokens one answer may take (`max_tokens`).
+    pub max_tokens: u32,
+    /// `anthropic`: extended thinking with this budget of tokens, when set (at
+    /// least 1024, below `max_tokens`).
+    pub thinking_budget: Option<u32>,
+    /// `ollama`: the context window (`options.num_ctx`); by default the model's
+    /// own (`/api/show`), at least 8192.
+    pub num_ctx: Option<u32>,
+    /// `ollama`: how long the model stays loaded after a request (`keep_alive`).
+    pub keep_alive: Option<String>,
+    /// `openai`: the model's context window in tokens, when known: a prompt that
+    /// reaches it is reported as cut.
+    pub context_window: Option<u64>,
+}
+
+impl ProviderConfig {
+    /// `base_url`, or the provider's own default.
+    pub fn base_url(&self) -> String {
+        let default = match self.name.as_str() {
+            "anthropic" => "https://api.anthropic.com",
+            "ollama" => "http://127.0.0.1:11434",
+            _ => "http://127.0.0.1:8080/v1",
+        };
+        self.base_url
+            .clone()
+            .unwrap_or_else(|| default.to_string())
+            .trim_end_matches('/')
+            .to_string()
+    }
 }
 
 impl Default for ProviderConfig {
@@ -215,7 +265,7 @@ impl Default for ProviderConfig {
         ProviderConfig {
             name: "scripted".into(),
             script: None,
-            base_url: "http://127.0.0.1:8080/v1".into(),
+            base_url: None,
             model: None,
             api_key_env: None,
             max_attempts: 4,
@@ -224,6 +274,11 @@ impl Default for ProviderConfig {
             max_answer_bytes: 4 << 20,
             max_tool_arguments_bytes: 4 << 20,
             max_error_body_bytes: 64 << 10,
+            max_tokens: 8192,
+            thinking_budget: None,
+            num_ctx: None,
+            keep_alive: None,
+            context_window: None,
         }
     }
 }

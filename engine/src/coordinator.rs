@@ -42,6 +42,9 @@ pub enum SessionOutcome {
         execution_id: String,
         reason: String,
     },
+    /// The session runs on a provider and model this process does not have: it
+    /// waits for one that has them (protocol §4.17). Nothing was acquired.
+    WaitsForProvider { wanted: String, here: String },
     /// The store failed before an execution could start.
     Error(String),
     /// The engine shut down: the execution (if one had started) was stopped without
@@ -81,6 +84,10 @@ impl std::fmt::Display for SessionOutcome {
                 reason,
             } => write!(f, "quarantined ({execution_id}: {reason})"),
             SessionOutcome::Stopped => f.write_str("stopped by shutdown; left for recovery"),
+            SessionOutcome::WaitsForProvider { wanted, here } => write!(
+                f,
+                "waits for its model {wanted}, which this process does not have (it runs {here}): choose {here} for the session to run it here"
+            ),
         }
     }
 }
@@ -158,6 +165,19 @@ impl Coordinator {
     /// Where acquisitions that meet an expired claim send it.
     pub fn set_expired_handler(&self, handler: Arc<dyn ExpiredClaims>) {
         *self.inner.expired.lock().unwrap_or_else(|e| e.into_inner()) = Some(handler);
+    }
+
+    /// Whether this process has the provider and model `session_id` runs on
+    /// (protocol §4.17).
+    pub async fn runs_here(&self, session_id: &str) -> crate::Result<bool> {
+        let id = session_id.to_string();
+        let model = self
+            .inner
+            .services
+            .db
+            .read(move |conn| sessions::model_of(conn, &id))
+            .await?;
+        Ok(crate::runner::provider_for(&self.inner.services.provider, session_id, model).is_ok())
     }
 
     /// Runs `session` now, or rings its running execution.
@@ -392,6 +412,38 @@ async fn run_once(
             Error::Invalid("the engine is shutting down".into())
         });
     }
+    // The session runs on its own provider and model, or waits for a process that
+    // has them (protocol §4.17): nothing is acquired, admitted or counted here.
+    let provider = {
+        let id = session_id.to_string();
+        let model = services
+            .db
+            .read(move |conn| sessions::model_of(conn, &id))
+            .await;
+        match model.and_then(|m| crate::runner::provider_for(&services.provider, session_id, m)) {
+            Ok(provider) => provider,
+            Err(Error::ProviderUnavailable {
+                session_id,
+                wanted,
+                here,
+            }) => {
+                tracing::info!(session = %session_id, %wanted, %here, "the session waits for its provider");
+                let outcome = SessionOutcome::WaitsForProvider {
+                    wanted: wanted.clone(),
+                    here: here.clone(),
+                };
+                return refuse(admission, outcome, || Error::ProviderUnavailable {
+                    session_id,
+                    wanted,
+                    here,
+                });
+            }
+            Err(e) => {
+                let outcome = SessionOutcome::Error(e.to_string());
+                return refuse(admission, outcome, || e);
+            }
+        }
+    };
     let lease_ms = i64::try_from(inner.lease.lease_ms).unwrap_or(i64::MAX);
     let mut recovered_once = false;
     let (claim, acquired_at) = loop {
@@ -531,7 +583,15 @@ async fn run_once(
         lost: lost.clone(),
     });
     tracing::info!(session = session_id, execution = %claim.execution_id, "execution started");
-    let execution = Execution::new(services.clone(), claim, session, fence, cancel, lost);
+    let execution = Execution::new(
+        services.clone(),
+        provider,
+        claim,
+        session,
+        fence,
+        cancel,
+        lost,
+    );
     // A panic in provider or tool code must not leave the claim renewed forever or
     // the session's slot occupied: it ends the execution like a store failure, and
     // recovery reconciles the claim once it expires.

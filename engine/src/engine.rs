@@ -439,6 +439,48 @@ impl Engine {
         self.services.events.subscribe()
     }
 
+    /// The provider and model this process runs sessions on (`provider/model`).
+    pub fn model(&self) -> String {
+        format!(
+            "{}/{}",
+            self.services.provider.name(),
+            self.services.provider.model()
+        )
+    }
+
+    /// The provider and model `session_id` runs on (protocol §4.17), as
+    /// `provider/model`; `None` before its first step.
+    pub async fn session_model(&self, session_id: &str) -> Result<Option<String>> {
+        let id = session_id.to_string();
+        let model = self
+            .services
+            .db
+            .read(move |conn| sessions::model_of(conn, &id))
+            .await?;
+        Ok(model.map(|(p, m)| format!("{p}/{m}")))
+    }
+
+    /// The user chose this process's provider and model for `session_id`: from its
+    /// next step on it runs on them (`model.chosen`, a note in its transcript).
+    /// Returns whether anything changed.
+    pub async fn choose_model(&self, session_id: &str) -> Result<bool> {
+        let (id, clock) = (session_id.to_string(), self.services.clock.clone());
+        let (provider, model) = (
+            self.services.provider.name().to_string(),
+            self.services.provider.model().to_string(),
+        );
+        let record = self
+            .services
+            .db
+            .write(move |tx| sessions::choose_model(tx, &id, &provider, &model, clock.now_ms()))
+            .await?;
+        let changed = record.is_some();
+        if let Some(record) = record {
+            let _ = self.services.events.send(EngineEvent::Committed(record));
+        }
+        Ok(changed)
+    }
+
     /// Creates a session working in `directory`.
     pub async fn create_session(&self, title: &str, directory: &str) -> Result<SessionRow> {
         let (title, directory) = (title.to_string(), directory.to_string());

@@ -44,6 +44,18 @@ pub enum Error {
     )]
     StoreFull(String),
 
+    /// The session runs on a provider and model this process does not have
+    /// (protocol §4.17): nothing was admitted or run. Run Steward with them, or
+    /// choose this process's for the session.
+    #[error(
+        "session {session_id} runs on {wanted}, which this process does not have (it runs {here}): run Steward with that provider and model, or choose {here} for the session (`steward run --session {session_id} --provider … --model …`, or M in the terminal interface)"
+    )]
+    ProviderUnavailable {
+        session_id: String,
+        wanted: String,
+        here: String,
+    },
+
     /// A session, execution or input named by the caller does not exist.
     #[error("{kind} {id} not found")]
     NotFound { kind: &'static str, id: String },

@@ -141,6 +141,34 @@ pub enum Event {
         finish: Finish,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
+        /// What the answer suggests went wrong without failing the step.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    },
+
+    /// One whole block of the model's reasoning, with the signature that must go
+    /// back with it (or a redacted block's data).
+    #[serde(rename = "step.reasoning")]
+    StepReasoning {
+        message_id: String,
+        part_id: String,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        redacted: Option<String>,
+    },
+
+    /// The user chose the provider and model the session runs on from here
+    /// (protocol §4.17): a synthetic message says so.
+    #[serde(rename = "model.chosen")]
+    ModelChosen {
+        message_id: String,
+        provider: String,
+        model: String,
+        /// What the session ran on before, as `provider/model`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous: Option<String>,
     },
 
     /// The provider failed for good (after bounded retries).
@@ -214,6 +242,8 @@ impl Event {
             Event::CompactionStarted { .. } => "compaction.started",
             Event::CompactionEnded { .. } => "compaction.ended",
             Event::InspectorAction { .. } => "inspector.action",
+            Event::StepReasoning { .. } => "step.reasoning",
+            Event::ModelChosen { .. } => "model.chosen",
         }
     }
 

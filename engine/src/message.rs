@@ -117,7 +117,7 @@ impl MessageData {
                 .iter()
                 .filter_map(|p| match p {
                     Part::Text { text, .. } => Some(text.as_str()),
-                    Part::Tool { .. } => None,
+                    Part::Tool { .. } | Part::Reasoning { .. } => None,
                 })
                 .collect(),
         }
@@ -143,6 +143,8 @@ pub enum SyntheticKind {
     Interrupted,
     /// A compaction summary that stands for everything before it.
     Compaction,
+    /// The user chose the provider and model the session runs on from here.
+    Model,
 }
 
 /// A message the engine wrote on its own.
@@ -161,6 +163,11 @@ pub struct SyntheticData {
     pub through_seq: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<crate::phase::Phase>,
+    /// For a model choice: the provider and model chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Why a step finished.
@@ -201,6 +208,10 @@ pub struct MessageError {
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
+    /// For a provider error: what kind (`rate_limited`, `overloaded`,
+    /// `context_too_long`, `authentication`, `other`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Tokens a step used, as the provider reported them.
@@ -208,6 +219,16 @@ pub struct MessageError {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An assistant message (protocol §3.3).
@@ -227,6 +248,10 @@ pub struct AssistantData {
     /// MCP servers whose tools the step could not offer, and why (protocol §4.16).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unavailable: Vec<Unavailable>,
+    /// What the provider's answer suggests went wrong without failing the step (a
+    /// prompt cut at the model's context window).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// An MCP server whose tools (or one of them) a step could not offer, and why:
@@ -252,7 +277,7 @@ impl AssistantData {
             .iter()
             .filter_map(|p| match p {
                 Part::Text { text, .. } => Some(text.as_str()),
-                Part::Tool(_) => None,
+                Part::Tool(_) | Part::Reasoning { .. } => None,
             })
             .collect()
     }
@@ -261,19 +286,58 @@ impl AssistantData {
     pub fn tools(&self) -> impl Iterator<Item = &ToolPart> {
         self.parts.iter().filter_map(|p| match p {
             Part::Tool(t) => Some(t),
-            Part::Text { .. } => None,
+            Part::Text { .. } | Part::Reasoning { .. } => None,
+        })
+    }
+
+    /// The reasoning parts, in order.
+    pub fn reasoning(&self) -> impl Iterator<Item = Reasoning> + '_ {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Reasoning {
+                text,
+                signature,
+                redacted,
+                ..
+            } => Some(Reasoning {
+                text: text.clone(),
+                signature: signature.clone(),
+                redacted: redacted.clone(),
+            }),
+            _ => None,
         })
     }
 }
 
-/// One ordered part of an assistant message, tagged by `type` (`text` | `tool`).
+/// What a model reasoned before it answered (Anthropic's `thinking`), kept to be
+/// sent back as the API requires: its text and signature, or a redacted block.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reasoning {
+    pub text: String,
+    pub signature: Option<String>,
+    /// A redacted block's opaque data (its text is empty).
+    pub redacted: Option<String>,
+}
+
+/// One ordered part of an assistant message, tagged by `type` (`text` | `tool` |
+/// `reasoning`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 #[serde(try_from = "RawPart")]
 #[allow(clippy::large_enum_variant)] // most parts of a step are tools; boxing buys nothing
 pub enum Part {
-    Text { id: String, text: String },
+    Text {
+        id: String,
+        text: String,
+    },
     Tool(ToolPart),
+    Reasoning {
+        id: String,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        redacted: Option<String>,
+    },
 }
 
 /// A part as stored, read field by field: serde's internally tagged enums buffer
@@ -289,12 +353,15 @@ struct RawPart {
     call_id: Option<String>,
     tool: Option<String>,
     state: Option<ToolState>,
+    signature: Option<String>,
+    redacted: Option<String>,
 }
 
 impl TryFrom<RawPart> for Part {
     type Error = String;
 
     fn try_from(raw: RawPart) -> Result<Part, String> {
+        let reasoning_fields = raw.signature.is_some() || raw.redacted.is_some();
         match (
             raw.kind.as_str(),
             raw.text,
@@ -302,13 +369,23 @@ impl TryFrom<RawPart> for Part {
             raw.tool,
             raw.state,
         ) {
-            ("text", Some(text), None, None, None) => Ok(Part::Text { id: raw.id, text }),
-            ("tool", None, Some(call_id), Some(tool), Some(state)) => Ok(Part::Tool(ToolPart {
+            ("text", Some(text), None, None, None) if !reasoning_fields => {
+                Ok(Part::Text { id: raw.id, text })
+            }
+            ("tool", None, Some(call_id), Some(tool), Some(state)) if !reasoning_fields => {
+                Ok(Part::Tool(ToolPart {
+                    id: raw.id,
+                    call_id,
+                    tool,
+                    state,
+                }))
+            }
+            ("reasoning", Some(text), None, None, None) => Ok(Part::Reasoning {
                 id: raw.id,
-                call_id,
-                tool,
-                state,
-            })),
+                text,
+                signature: raw.signature,
+                redacted: raw.redacted,
+            }),
             (kind, ..) => Err(format!(
                 "part {} of type {kind:?} has the wrong fields",
                 raw.id
@@ -440,6 +517,7 @@ mod tests {
     #[test]
     fn r3_3_assistant_data_has_the_documented_shape() {
         let data = AssistantData {
+            warnings: Vec::new(),
             unavailable: Vec::new(),
             execution_id: "exe_1".into(),
             provider: "scripted".into(),
@@ -453,6 +531,7 @@ mod tests {
             usage: Some(Usage {
                 input_tokens: 3,
                 output_tokens: 4,
+                ..Usage::default()
             }),
             parts: vec![
                 Part::Text {

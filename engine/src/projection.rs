@@ -104,9 +104,11 @@ pub fn needs(event: &Event) -> Needs {
         | Event::CompactionStarted { .. }
         | Event::InputAdmitted { .. }
         | Event::StepStarted { .. }
+        | Event::ModelChosen { .. }
         | Event::CompactionEnded { .. } => {}
         Event::InputPromoted { input_id, .. } => needs.inputs.push(input_id.clone()),
         Event::StepText { message_id, .. }
+        | Event::StepReasoning { message_id, .. }
         | Event::ToolCalled { message_id, .. }
         | Event::ToolStarted { message_id, .. }
         | Event::ToolCompleted { message_id, .. }
@@ -199,6 +201,7 @@ impl Fold<'_> {
                 tools,
             } => {
                 let data = MessageData::Assistant(AssistantData {
+                    warnings: Vec::new(),
                     execution_id: execution_id.clone(),
                     provider: provider.clone(),
                     model: model.clone(),
@@ -298,15 +301,65 @@ impl Fold<'_> {
                     t.time.get_or_insert_with(ToolTime::default).end = Some(now);
                 },
             ),
+            Event::StepReasoning {
+                message_id,
+                part_id,
+                text,
+                signature,
+                redacted,
+            } => self.assistant(message_id, |a| {
+                if a.parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Reasoning { id, .. } if id == part_id))
+                {
+                    return Err(format!("reasoning part {part_id} already exists"));
+                }
+                a.parts.push(Part::Reasoning {
+                    id: part_id.clone(),
+                    text: text.clone(),
+                    signature: signature.clone(),
+                    redacted: redacted.clone(),
+                });
+                Ok(())
+            }),
+            Event::ModelChosen {
+                message_id,
+                provider,
+                model,
+                previous,
+            } => {
+                let text = match previous {
+                    Some(previous) => {
+                        format!("Model switched to {provider}/{model} (was {previous})")
+                    }
+                    None => format!("Model set to {provider}/{model}"),
+                };
+                self.insert_message(
+                    message_id,
+                    MessageData::Synthetic(SyntheticData {
+                        kind: SyntheticKind::Model,
+                        text,
+                        label: Some("Model chosen".into()),
+                        execution_id: None,
+                        input_id: None,
+                        through_seq: None,
+                        phase: None,
+                        provider: Some(provider.clone()),
+                        model: Some(model.clone()),
+                    }),
+                )
+            }
             Event::StepEnded {
                 message_id,
                 finish,
                 usage,
+                warnings,
             } => {
                 let now = e.time_created;
                 self.assistant(message_id, |a| {
                     a.finish = Some(*finish);
                     a.usage = *usage;
+                    a.warnings = warnings.clone();
                     a.time.completed = Some(now);
                     Ok(())
                 })
@@ -342,6 +395,8 @@ impl Fold<'_> {
             } => self.insert_message(
                 message_id,
                 MessageData::Synthetic(SyntheticData {
+                    provider: None,
+                    model: None,
                     kind: SyntheticKind::Compaction,
                     text: summary.clone(),
                     label: Some("Compacted conversation".into()),
@@ -408,6 +463,8 @@ impl Fold<'_> {
         input.wake_pending = false;
         let data = match ids::continuation_execution(input_id) {
             Some(exe) => MessageData::Synthetic(SyntheticData {
+                provider: None,
+                model: None,
                 kind: SyntheticKind::Continuation,
                 text: input.prompt.clone(),
                 label: Some(CONTINUATION_LABEL.into()),
@@ -431,6 +488,8 @@ impl Fold<'_> {
             return self.insert_message(
                 &id,
                 MessageData::Synthetic(SyntheticData {
+                    provider: None,
+                    model: None,
                     kind: SyntheticKind::Interrupted,
                     text: EXECUTION_INTERRUPTED.into(),
                     label: None,
@@ -445,6 +504,7 @@ impl Fold<'_> {
         self.assistant(message_id, |a| {
             a.finish = Some(Finish::Error);
             a.error = Some(MessageError {
+                reason: None,
                 kind: "interrupted".into(),
                 message: EXECUTION_INTERRUPTED.into(),
             });
@@ -478,6 +538,8 @@ impl Fold<'_> {
             return self.insert_message(
                 &id,
                 MessageData::Synthetic(SyntheticData {
+                    provider: None,
+                    model: None,
                     kind: SyntheticKind::Recovery,
                     text: text.into(),
                     label: None,
@@ -499,6 +561,7 @@ impl Fold<'_> {
             }
             a.finish = Some(Finish::Error);
             a.error = Some(MessageError {
+                reason: None,
                 kind: "interrupted".into(),
                 message: text.into(),
             });

@@ -1,6 +1,9 @@
-//! Providers: the LLMs that answer a step. A trait with two implementations —
-//! `scripted` (built in, offline, deterministic) and `openai` (any OpenAI-compatible
-//! chat-completions server) — and fakes in tests.
+//! Providers: the LLMs that answer a step. A trait with four implementations —
+//! `scripted` (built in, offline, deterministic), `openai` (any OpenAI-compatible
+//! chat-completions server), `anthropic` (the Messages API, which Ollama and
+//! llama.cpp's server also speak) and `ollama` (Ollama's native chat API) — and
+//! fakes in tests. Each is written by hand on reqwest, so that nothing is sent
+//! before the runner's dispatch boundary (protocol §4.5).
 //!
 //! A provider is handed one [`ProviderRequest`] right after the runner's dispatch
 //! boundary and streams [`ProviderEvent`]s back. It never retries on its own: a
@@ -8,8 +11,13 @@
 //! fence again before sending anew.
 
 #[doc(hidden)]
+pub mod anthropic;
 pub mod context;
+#[cfg(test)]
+pub(crate) mod fake;
+pub mod http;
 pub mod limits;
+pub mod ollama;
 pub mod openai;
 pub mod scripted;
 
@@ -21,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::ProviderConfig;
-use crate::message::{Finish, Usage};
+use crate::message::{Finish, Reasoning, Usage};
 
 /// One message of a provider conversation.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,10 +39,16 @@ pub enum ChatMessage {
     Assistant {
         text: String,
         tool_calls: Vec<ToolCall>,
+        /// The step's reasoning blocks, sent back where the API requires them.
+        reasoning: Vec<Reasoning>,
     },
     ToolResult {
         call_id: String,
+        /// The tool's name (Ollama's native API names results by tool).
+        tool: String,
         content: String,
+        /// The call failed (recovery's "outcome unknown" included).
+        is_error: bool,
     },
 }
 
@@ -80,17 +94,54 @@ pub struct ProviderRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderEvent {
     TextDelta(String),
+    /// One whole block of reasoning (with its signature).
+    Reasoning(Reasoning),
     ToolCall(ToolCall),
     Usage(Usage),
+    /// Something the answer suggests went wrong without failing the step (a
+    /// prompt cut at the model's context window).
+    Warning(String),
     Finish(Finish),
+}
+
+/// What kind of failure a provider reported (protocol §4.18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Too many requests (HTTP 429, `rate_limit_error`).
+    RateLimited,
+    /// The provider is overloaded (HTTP 529 or 503, `overloaded_error`).
+    Overloaded,
+    /// The conversation does not fit the model's context window.
+    ContextTooLong,
+    /// The API key was refused (HTTP 401, 403).
+    Authentication,
+    Other,
+}
+
+impl ErrorKind {
+    /// The stored name (`MessageError.reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::ContextTooLong => "context_too_long",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Other => "other",
+        }
+    }
 }
 
 /// A failed request or stream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ProviderError {
-    /// 429 or 5xx before any output: the runner may try again after a backoff.
+    /// Before any output, the runner may try again (after `retry_after`, or its own
+    /// backoff).
     pub retryable: bool,
+    pub kind: ErrorKind,
+    /// How long the provider asked to wait before trying again.
+    pub retry_after: Option<std::time::Duration>,
     pub message: String,
 }
 
@@ -99,6 +150,8 @@ impl ProviderError {
     pub fn fatal(message: impl Into<String>) -> ProviderError {
         ProviderError {
             retryable: false,
+            kind: ErrorKind::Other,
+            retry_after: None,
             message: message.into(),
         }
     }
@@ -107,8 +160,14 @@ impl ProviderError {
     pub fn retryable(message: impl Into<String>) -> ProviderError {
         ProviderError {
             retryable: true,
-            message: message.into(),
+            ..ProviderError::fatal(message)
         }
+    }
+
+    /// The same error, of `kind`.
+    pub fn of_kind(mut self, kind: ErrorKind) -> ProviderError {
+        self.kind = kind;
+        self
     }
 }
 
@@ -168,6 +227,10 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// Sends `request`. Called right after the dispatch boundary, with no other await
     /// in between; the request is under way when this returns.
     fn stream(&self, request: ProviderRequest) -> ProviderStream;
+    /// This provider answering with `model` instead, when it can (a session keeps
+    /// its model, protocol §4.17); `None` when it cannot serve that model (the
+    /// scripted provider serves only its own script).
+    fn with_model(&self, model: &str) -> Option<Arc<dyn Provider>>;
 }
 
 /// The provider named by the config: `scripted` or `openai`.
@@ -178,14 +241,23 @@ pub fn from_config(config: &ProviderConfig) -> Result<Arc<dyn Provider>, String>
                 Some(path) => scripted::Script::load(path)?,
                 None => scripted::Script::demo(),
             };
-            Ok(Arc::new(scripted::ScriptedProvider::new(
-                script,
-                config.model.clone().unwrap_or_else(|| "demo".into()),
-            )))
+            // A script is its model: a session begun on one is never continued on
+            // another (the built-in demo is `demo`).
+            let model = config.model.clone().unwrap_or_else(|| {
+                config
+                    .script
+                    .as_deref()
+                    .and_then(|p| p.file_stem())
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "demo".into())
+            });
+            Ok(Arc::new(scripted::ScriptedProvider::new(script, model)))
         }
         "openai" => Ok(Arc::new(openai::OpenAiProvider::new(config)?)),
+        "anthropic" => Ok(Arc::new(anthropic::AnthropicProvider::new(config)?)),
+        "ollama" => Ok(Arc::new(ollama::OllamaProvider::new(config)?)),
         other => Err(format!(
-            "unknown provider `{other}`: use `scripted` or `openai`"
+            "unknown provider `{other}`: use `scripted`, `openai`, `anthropic` or `ollama`"
         )),
     }
 }

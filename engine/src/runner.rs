@@ -54,8 +54,10 @@ pub struct Services {
     pub stats: Arc<Mutex<RunnerStats>>,
 }
 
-/// What the engine tells its listeners (the CLI, the TUI, ACP).
+/// What the engine tells its listeners (the CLI, the TUI, ACP). Kinds are added
+/// over time: match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum EngineEvent {
     /// An event was committed.
     Committed(EventRecord),
@@ -67,6 +69,15 @@ pub enum EngineEvent {
     },
     /// The session started running here (its first execution is about to acquire).
     Running { session_id: String },
+    /// A provider step failed before any output and is tried again at `at_ms`
+    /// (attempt `attempt` of `of`), after `error` (protocol §4.18).
+    Retrying {
+        session_id: String,
+        attempt: u32,
+        of: u32,
+        at_ms: i64,
+        error: String,
+    },
     /// Nothing runs for the session here any more (no re-run is due), and how its
     /// last run ended — a store failure, a busy session or a quarantined claim
     /// included, which no [`EngineEvent::Finished`] reports because no execution
@@ -120,10 +131,36 @@ impl From<Error> for Stop {
 
 type Flow<T> = std::result::Result<T, Stop>;
 
+/// The provider that runs `session_id`'s next step (protocol §4.17): its own
+/// provider and model — this process's provider, answering with the session's
+/// model — or none, when this process does not have them. A session that never
+/// ran a step takes this process's.
+pub fn provider_for(
+    default: &Arc<dyn Provider>,
+    session_id: &str,
+    model: Option<(String, String)>,
+) -> Result<Arc<dyn Provider>> {
+    let unavailable = |p: &str, m: &str| Error::ProviderUnavailable {
+        session_id: session_id.to_string(),
+        wanted: format!("{p}/{m}"),
+        here: format!("{}/{}", default.name(), default.model()),
+    };
+    match model {
+        None => Ok(default.clone()),
+        Some((p, m)) if p == default.name() && m == default.model() => Ok(default.clone()),
+        Some((p, m)) if p == default.name() => {
+            default.with_model(&m).ok_or_else(|| unavailable(&p, &m))
+        }
+        Some((p, m)) => Err(unavailable(&p, &m)),
+    }
+}
+
 /// One execution.
 #[derive(Debug)]
 pub struct Execution {
     services: Services,
+    /// The provider of this session's steps ([`provider_for`]).
+    provider: Arc<dyn Provider>,
     claim: Claim,
     session: SessionRow,
     fence: Arc<SelfFence>,
@@ -140,8 +177,10 @@ pub struct Execution {
 }
 
 impl Execution {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         services: Services,
+        provider: Arc<dyn Provider>,
         claim: Claim,
         session: SessionRow,
         fence: Arc<SelfFence>,
@@ -150,6 +189,7 @@ impl Execution {
     ) -> Execution {
         Execution {
             services,
+            provider,
             claim,
             session,
             fence,

@@ -170,6 +170,10 @@ impl Provider for FakeProvider {
         "fake"
     }
 
+    fn with_model(&self, _model: &str) -> Option<Arc<dyn Provider>> {
+        None
+    }
+
     fn model(&self) -> &str {
         "fake-model"
     }
@@ -385,8 +389,8 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 tools: None,
                 message_id: message.clone(),
                 execution_id: claim.execution_id.clone(),
-                provider: "p".into(),
-                model: "m".into(),
+                provider: "fake".into(),
+                model: "fake-model".into(),
             })?;
             f.set_assistant(&message)?;
             f.change_phase(PhaseChange::Dispatched)?;
@@ -394,6 +398,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 return Ok(claim.execution_id);
             }
             f.append(Event::StepEnded {
+                warnings: Vec::new(),
                 message_id: message.clone(),
                 finish: crate::message::Finish::ToolCalls,
                 usage: None,
@@ -424,8 +429,8 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                     tools: None,
                     message_id: second.clone(),
                     execution_id: claim.execution_id.clone(),
-                    provider: "p".into(),
-                    model: "m".into(),
+                    provider: "fake".into(),
+                    model: "fake-model".into(),
                 })?;
                 f.set_assistant(&second)?;
                 f.change_phase(PhaseChange::Dispatched)?;

@@ -54,9 +54,20 @@ fn main() -> ExitCode {
             lease_ms.parse().expect("lease"),
         ),
         ["admit", data_dir, session, prompt] => admit(PathBuf::from(data_dir), session, prompt),
-        ["interrupted", data_dir, count, dir] => {
-            interrupted(PathBuf::from(data_dir), count.parse().expect("count"), dir)
-        }
+        ["interrupted", data_dir, count, dir] => interrupted(
+            PathBuf::from(data_dir),
+            count.parse().expect("count"),
+            dir,
+            "demo",
+        ),
+        // The scripted model the fixture's steps ran on: the process that continues
+        // them must have it (protocol §4.17).
+        ["interrupted", data_dir, count, dir, model] => interrupted(
+            PathBuf::from(data_dir),
+            count.parse().expect("count"),
+            dir,
+            model,
+        ),
         ["mcp-server", dir] => mcp_server::serve(PathBuf::from(dir)),
         _ => Err(format!("unknown helper command {args:?}")),
     };
@@ -132,7 +143,7 @@ fn hold_claim(data_dir: PathBuf, session: &str, lease_ms: u64) -> Result<(), Str
 
 /// Leaves `count` sessions (working in `dir`) whose executions were interrupted while
 /// a tool ran, owned by this process — which then exits, so its owner is provably dead.
-fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String> {
+fn interrupted(data_dir: PathBuf, count: usize, dir: &str, model: &str) -> Result<(), String> {
     use steward_engine::claim::Fenced;
     use steward_engine::events::Delivery;
     use steward_engine::phase::PhaseChange;
@@ -155,10 +166,10 @@ fn interrupted(data_dir: PathBuf, count: usize, dir: &str) -> Result<(), String>
                 let mut f = Fenced::check(tx, &claim, now)?;
                 let message = steward_engine::ids::new(steward_engine::ids::MESSAGE, now);
                 f.append(Event::InputPromoted { input_id: input.id, message_id: steward_engine::ids::new(steward_engine::ids::MESSAGE, now) })?;
-                f.append(Event::StepStarted { message_id: message.clone(), execution_id: claim.execution_id.clone(), tools: None, provider: "scripted".into(), model: "demo".into() })?;
+                f.append(Event::StepStarted { message_id: message.clone(), execution_id: claim.execution_id.clone(), tools: None, provider: "scripted".into(), model: model.into() })?;
                 f.set_assistant(&message)?;
                 f.change_phase(PhaseChange::WorkStarted)?;
-                f.append(Event::StepEnded { message_id: message.clone(), finish: steward_engine::message::Finish::ToolCalls, usage: None })?;
+                f.append(Event::StepEnded { message_id: message.clone(), finish: steward_engine::message::Finish::ToolCalls, usage: None, warnings: Vec::new() })?;
                 f.append(Event::ToolCalled {
                     message_id: message.clone(),
                     part_id: format!("prt_fixture_{i}"),

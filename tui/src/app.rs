@@ -290,6 +290,15 @@ pub struct Transcript {
     pub rendered: Cell<Rendered>,
 }
 
+/// A provider step that failed before any output and is tried again at `at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    pub at_ms: i64,
+    pub attempt: u32,
+    pub of: u32,
+    pub error: String,
+}
+
 /// What the last launch recovery found, for the header and the panel.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Launch {
@@ -417,6 +426,8 @@ pub struct App {
     pub running: BTreeSet<String>,
     /// Sessions whose last turn here did not end as asked, and how it ended.
     pub failures: BTreeMap<String, Failure>,
+    /// Sessions whose provider step waits to be tried again, and until when.
+    pub retrying: BTreeMap<String, Retry>,
     /// This owner's claims as (session, expires_at): the header's lease health.
     pub own_claims: Vec<(String, i64)>,
     /// Wall-clock ms, moved by ticks, loads and every message the loop handles.
@@ -475,6 +486,7 @@ impl App {
             overlay: Vec::new(),
             running: BTreeSet::new(),
             failures: BTreeMap::new(),
+            retrying: BTreeMap::new(),
             own_claims: Vec::new(),
             now_ms,
             status: None,
@@ -666,4 +678,6 @@ pub enum Effect {
     Quit {
         cancel_running: bool,
     },
+    /// Run `session` on this process's provider and model from here.
+    ChooseModel(String),
 }

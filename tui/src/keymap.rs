@@ -74,6 +74,8 @@ pub enum KeyAction {
     DetailUp,
     DetailDown,
     NewSession,
+    /// Run the current session on this process's provider and model from here.
+    ChooseModel,
     ToggleInspector,
     NextTab,
     PrevTab,
@@ -484,6 +486,13 @@ pub const KEYMAP: &[Binding] = &[
         label: "i",
         action: A::ToggleInspector,
         help: "toggle the inspector",
+    },
+    Binding {
+        context: C::Chat,
+        keys: &[ch('M')],
+        label: "M",
+        action: A::ChooseModel,
+        help: "run this session on this process's provider and model from here",
     },
     Binding {
         context: C::Chat,

@@ -305,6 +305,20 @@ impl EventLoop {
                     });
                 }
             }
+            Effect::ChooseModel(session) => {
+                let engine = self.engine.clone()?;
+                let inbox = self.inbox.clone();
+                tokio::spawn(async move {
+                    let result = engine.choose_model(&session).await.map(|changed| {
+                        if changed {
+                            format!("the session runs on {} from here", engine.model())
+                        } else {
+                            format!("the session runs on {} already", engine.model())
+                        }
+                    });
+                    let _ = inbox.send(Msg::Done(result.map_err(|e| e.to_string())));
+                });
+            }
             Effect::Quit { cancel_running } => {
                 if cancel_running && let Some(engine) = self.engine.clone() {
                     let (running, inbox) = (app.running.clone(), self.inbox.clone());

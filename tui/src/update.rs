@@ -226,7 +226,35 @@ fn load(app: &App) -> Effect {
 
 fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
     match event {
+        EngineEvent::Retrying {
+            session_id,
+            attempt,
+            of,
+            at_ms,
+            error,
+        } => {
+            app.retrying.insert(
+                session_id,
+                crate::app::Retry {
+                    at_ms,
+                    attempt,
+                    of,
+                    error,
+                },
+            );
+            Vec::new()
+        }
         EngineEvent::Committed(record) => {
+            // The step answered (or ended): no retry waits any more.
+            if matches!(
+                record.event,
+                steward_engine::events::Event::StepText { .. }
+                    | steward_engine::events::Event::StepEnded { .. }
+                    | steward_engine::events::Event::StepFailed { .. }
+                    | steward_engine::events::Event::StepInterrupted { .. }
+            ) {
+                app.retrying.remove(&record.session_id);
+            }
             if matches!(
                 record.event,
                 steward_engine::events::Event::StepRecovered { .. }
@@ -254,6 +282,7 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             outcome,
         } => {
             app.running.remove(&session_id);
+            app.retrying.remove(&session_id);
             on_turn_ended(app, &session_id, &outcome);
             if app
                 .status
@@ -281,6 +310,7 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             }
             vec![load(app)]
         }
+        _ => Vec::new(),
     }
 }
 

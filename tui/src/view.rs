@@ -396,6 +396,9 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
     if let Some(failure) = app.current_failure() {
         lines.extend(transcript::failure_lines(t, &failure.text, inner.width));
     }
+    if let Some(retry) = app.current_session().and_then(|s| app.retrying.get(s)) {
+        lines.extend(transcript::retry_lines(t, retry, app.now_ms, inner.width));
+    }
     let height = usize::from(inner.height);
     let total = lines.len();
     let bottom = total.saturating_sub(height);

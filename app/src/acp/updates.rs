@@ -65,6 +65,11 @@ pub fn agent_text(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::AgentMessageChunk(text_chunk(text.into()))
 }
 
+/// What the model reasoned, as the client's thought text.
+pub fn thought(text: impl Into<String>) -> SessionUpdate {
+    SessionUpdate::AgentThoughtChunk(text_chunk(text.into()))
+}
+
 pub fn user_text(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::UserMessageChunk(text_chunk(text.into()))
 }
@@ -106,6 +111,7 @@ pub fn synthetic_text(s: &SyntheticData) -> String {
             s.label.as_deref().unwrap_or("Compacted conversation"),
             s.text
         ),
+        SyntheticKind::Model => format!("⇄ {}", s.text),
     }
 }
 
@@ -196,6 +202,10 @@ impl Stream {
                                 out.push(self.agent(id, &part_text(id, text)));
                             }
                             Part::Text { .. } => {}
+                            Part::Reasoning { text, .. } if !text.is_empty() => {
+                                out.push(self.other(thought(text.clone())));
+                            }
+                            Part::Reasoning { .. } => {}
                             Part::Tool(tool) => {
                                 let called =
                                     tool_called(&tool.call_id, &tool.tool, &tool.state.input);
@@ -231,6 +241,9 @@ impl Stream {
         match event {
             Event::StepText { part_id, text, .. } if !text.is_empty() => {
                 vec![self.agent(part_id, text)]
+            }
+            Event::StepReasoning { text, .. } if !text.is_empty() => {
+                vec![self.other(thought(text.clone()))]
             }
             Event::ToolCalled {
                 call_id,

@@ -314,6 +314,21 @@ impl Views {
         }
     }
 
+    /// A provider step of an open session waits to be tried again: the client reads
+    /// why and when, as thought text (nothing of the answer).
+    fn retrying(&self, session: &str, attempt: u32, of: u32, at_ms: i64, error: &str) {
+        if !self.is_open(session) {
+            return;
+        }
+        let now = steward_engine::clock::Clock::now_ms(&steward_engine::clock::SystemClock::new());
+        let seconds = ((at_ms - now).max(0) as u64).div_ceil(1000);
+        let text = format!(
+            "⟳ {}: trying again in {seconds} s (attempt {attempt} of {of})\n",
+            steward_engine::printable::clean(error)
+        );
+        self.send(session, super::updates::thought(text));
+    }
+
     fn send(&self, session: &str, update: SessionUpdate) {
         match serde_json::to_value(SessionNotification::new(session.to_string(), update)) {
             Ok(params) => self.outbox.notify("session/update", params),
@@ -496,6 +511,17 @@ async fn catch_up(views: &Views, db: &Engine, which: &(dyn Fn(&str, bool) -> boo
 }
 
 async fn take(views: &Views, db: &Engine, event: EngineEvent) {
+    if let EngineEvent::Retrying {
+        session_id,
+        attempt,
+        of,
+        at_ms,
+        error,
+    } = &event
+    {
+        views.retrying(session_id, *attempt, *of, *at_ms, error);
+        return;
+    }
     let EngineEvent::Committed(record) = event else {
         return;
     };

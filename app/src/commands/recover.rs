@@ -66,6 +66,14 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 report.wakes.failed,
                 report.wakes.quarantined
             );
+            if report.wakes.waiting > 0 {
+                out!(
+                    "wakes: {} session{} wait for a provider and model this process does not have ({}): relaunch with theirs, or choose this one for them",
+                    report.wakes.waiting,
+                    if report.wakes.waiting == 1 { "" } else { "s" },
+                    engine.model()
+                );
+            }
         }
         // A wake that did not run to its end (a full disk, a session held
         // elsewhere) stays pending: say so in the exit code too.

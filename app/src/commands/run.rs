@@ -56,8 +56,9 @@ pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
         let permission = Arc::new(Headless {
             allow_all: args.yes,
         });
+        let chosen = ctx.model_chosen;
         ctx.with_engine(store, permission, async |engine| {
-            drive(engine, &args, &interrupt).await
+            drive(engine, &args, &interrupt, chosen).await
         })
         .await
     })
@@ -80,7 +81,12 @@ fn interrupt_handler() -> Result<CancellationToken> {
     Ok(interrupted)
 }
 
-async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -> Result<ExitCode> {
+async fn drive(
+    engine: &Engine,
+    args: &RunArgs,
+    interrupt: &CancellationToken,
+    model_chosen: bool,
+) -> Result<ExitCode> {
     // Recovery runs before any session does: the target session's interrupted
     // execution is reconciled and (with `auto_continue`) its continuation promoted
     // ahead of the prompt. Other sessions' wakes are left for `steward`, `acp` or
@@ -116,6 +122,11 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
                 .is_none()
             {
                 bail!("session {id} not found");
+            }
+            // `--provider`/`--model` with `--session`: the user chooses them for the
+            // session from here (recorded in its transcript).
+            if model_chosen && engine.choose_model(id).await? && !args.json {
+                say!("steward: session {id} runs on {} from here", engine.model());
             }
             engine.submit(id, &prompt).await.map(|_| id.clone())
         }
@@ -217,6 +228,11 @@ async fn drive(engine: &Engine, args: &RunArgs, interrupt: &CancellationToken) -
             "quarantined",
             Some(format!("execution {execution_id} is quarantined: {reason}")),
         ),
+        Some(outcome @ SessionOutcome::WaitsForProvider { .. }) => (
+            exit::FAILURE,
+            "waiting",
+            Some(format!("the session {outcome}")),
+        ),
         Some(SessionOutcome::Stopped) => (
             exit::FAILURE,
             "stopped",
@@ -279,11 +295,17 @@ impl Printer {
                     self.mid_line = !text.ends_with('\n');
                 }
             }
-            Event::StepEnded { .. } => {
+            Event::StepEnded { warnings, .. } => {
                 // A sequence a step left open ends with it: the next step's text is
                 // shown whatever the last one sent.
                 self.printable = Default::default();
                 self.end_line();
+                for warning in warnings {
+                    say!(
+                        "steward: warning: {}",
+                        steward_engine::printable::clean(warning)
+                    );
+                }
             }
             Event::ToolCalled { tool, input, .. } => {
                 self.end_line();

@@ -65,6 +65,15 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                 for part in &a.parts {
                     match part {
                         Part::Text { text, .. } => out!("{}", clean(text)),
+                        Part::Reasoning { text, redacted, .. } => {
+                            if redacted.is_some() {
+                                out!("  (thinking, redacted)");
+                            } else {
+                                for line in clean(text).lines() {
+                                    out!("  (thinking) {line}");
+                                }
+                            }
+                        }
                         Part::Tool(t) => {
                             out!(
                                 "  [{} {}] {}",

@@ -197,6 +197,7 @@ fn build(path: &Path, spec: Spec) {
                         }
                         append(
                             Event::StepEnded {
+                                warnings: Vec::new(),
                                 message_id: message.clone(),
                                 finish: if last { Finish::Stop } else { Finish::ToolCalls },
                                 usage: None,

@@ -368,6 +368,7 @@ fn i7_runner_settlement_never_overwrites_a_cancellation() {
     let settled = store.write(|tx| {
         let mut f = Fenced::check(tx, &claim, T0 + 2)?;
         f.append(Event::StepEnded {
+            warnings: Vec::new(),
             message_id: "msg_a".into(),
             finish: Finish::Stop,
             usage: None,

@@ -281,8 +281,18 @@ pub(super) async fn redrive(
     let (candidates, quarantined) = db.with_conn(recovery::recovery_wakes).await?;
     let mut started: Vec<String> = Vec::new();
     let mut redriven = 0;
+    // A session whose provider this process does not have keeps its wakes for one
+    // that has it (protocol §4.17): nothing is started, nothing counted.
+    let mut waiting: Vec<String> = Vec::new();
     if auto_continue {
         for candidate in candidates.iter().filter(|c| wanted(&c.session_id)) {
+            if waiting.contains(&candidate.session_id) {
+                continue;
+            }
+            if !coordinator.runs_here(&candidate.session_id).await? {
+                waiting.push(candidate.session_id.clone());
+                continue;
+            }
             let wake = coordinator.wake(
                 &candidate.session_id,
                 Scope::continuation(candidate.input_id.clone()),
@@ -299,8 +309,13 @@ pub(super) async fn redrive(
     for session_id in db.read(sessions::with_pending_input_wakes).await? {
         if !wanted(&session_id)
             || started.contains(&session_id)
+            || waiting.contains(&session_id)
             || coordinator.is_running(&session_id)
         {
+            continue;
+        }
+        if !coordinator.runs_here(&session_id).await? {
+            waiting.push(session_id);
             continue;
         }
         if coordinator.wake(&session_id, Scope::Queued) != Wake::Refused {
@@ -312,6 +327,7 @@ pub(super) async fn redrive(
             redriven,
             failed: 0,
             quarantined,
+            waiting: waiting.len(),
         },
         sessions: started,
     })

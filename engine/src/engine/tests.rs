@@ -463,6 +463,9 @@ impl crate::provider::Provider for PanickingProvider {
     fn name(&self) -> &str {
         "panicking"
     }
+    fn with_model(&self, _model: &str) -> Option<Arc<dyn crate::provider::Provider>> {
+        None
+    }
     fn model(&self) -> &str {
         "none"
     }

@@ -216,11 +216,13 @@ fn r3_3_a_step_streams_text_calls_tools_and_ends() {
         });
     }
     log.push(Event::StepEnded {
+        warnings: Vec::new(),
         message_id: "msg_a".into(),
         finish: Finish::ToolCalls,
         usage: Some(Usage {
             input_tokens: 5,
             output_tokens: 2,
+            ..Usage::default()
         }),
     });
     log.call_tool("msg_a", "c1", json!({"command": "ls"}));
@@ -299,6 +301,7 @@ fn step_failed_records_the_error() {
     let mut log = Log::new();
     log.start_step("msg_a");
     let error = MessageError {
+        reason: None,
         kind: "provider".into(),
         message: "HTTP 500".into(),
     };
@@ -381,6 +384,8 @@ fn r5_4_recovery_without_an_assistant_appends_a_synthetic_message() {
         assert_eq!(
             message.data,
             MessageData::Synthetic(SyntheticData {
+                provider: None,
+                model: None,
                 kind: SyntheticKind::Recovery,
                 text: text.into(),
                 label: None,
@@ -431,6 +436,7 @@ fn r5_4_recovery_completes_the_assistant_and_normalises_its_tools() {
     assert_eq!(
         a.error,
         Some(MessageError {
+            reason: None,
             kind: "interrupted".into(),
             message: "Session execution interrupted by server restart".into()
         })

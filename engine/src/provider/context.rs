@@ -38,6 +38,8 @@ pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage
                 SyntheticKind::Recovery | SyntheticKind::Interrupted => {
                     out.push(ChatMessage::User(format!("[Steward] {}", s.text)))
                 }
+                // For the user, not the model.
+                SyntheticKind::Model => {}
             },
             MessageData::Assistant(a) => {
                 let text: String = a.text_parts().concat();
@@ -50,6 +52,7 @@ pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage
                         tool: t.tool.clone(),
                         input: t.state.input.clone(),
                     });
+                    let is_error = t.state.status != ToolStatus::Completed;
                     let content = match t.state.status {
                         ToolStatus::Completed => t.state.output.clone().unwrap_or_default(),
                         ToolStatus::Error => {
@@ -61,15 +64,19 @@ pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage
                     };
                     results.push(ChatMessage::ToolResult {
                         call_id: t.call_id.clone(),
+                        tool: t.tool.clone(),
                         content,
+                        is_error,
                     });
                 }
+                let reasoning: Vec<_> = a.reasoning().collect();
                 if text.is_empty() && calls.is_empty() {
                     continue;
                 }
                 out.push(ChatMessage::Assistant {
                     text,
                     tool_calls: calls,
+                    reasoning,
                 });
                 out.extend(results);
             }
@@ -84,7 +91,9 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> usize {
         .iter()
         .map(|m| match m {
             ChatMessage::System(t) | ChatMessage::User(t) => t.len(),
-            ChatMessage::Assistant { text, tool_calls } => {
+            ChatMessage::Assistant {
+                text, tool_calls, ..
+            } => {
                 text.len()
                     + tool_calls
                         .iter()
@@ -141,6 +150,7 @@ mod tests {
             row(
                 2,
                 MessageData::Assistant(AssistantData {
+                    warnings: Vec::new(),
                     unavailable: Vec::new(),
                     execution_id: "exe_1".into(),
                     provider: "p".into(),
@@ -175,6 +185,8 @@ mod tests {
             row(
                 3,
                 MessageData::Synthetic(SyntheticData {
+                    provider: None,
+                    model: None,
                     kind: SyntheticKind::Continuation,
                     text: "Continue.".into(),
                     label: None,
@@ -204,14 +216,19 @@ mod tests {
                             input: json!({})
                         },
                     ],
+                    reasoning: vec![],
                 },
                 ChatMessage::ToolResult {
                     call_id: "c1".into(),
-                    content: "a.txt".into()
+                    tool: "list_dir".into(),
+                    content: "a.txt".into(),
+                    is_error: false,
                 },
                 ChatMessage::ToolResult {
                     call_id: "c2".into(),
-                    content: "Error: Tool execution outcome unknown after server restart".into()
+                    tool: "run_command".into(),
+                    content: "Error: Tool execution outcome unknown after server restart".into(),
+                    is_error: true,
                 },
                 ChatMessage::User("Continue.".into()),
             ]
@@ -221,6 +238,8 @@ mod tests {
     #[test]
     fn a_compaction_summary_stands_for_everything_before_it() {
         let summary = MessageData::Synthetic(SyntheticData {
+            provider: None,
+            model: None,
             kind: SyntheticKind::Compaction,
             text: "did things".into(),
             label: None,

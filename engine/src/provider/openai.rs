@@ -30,6 +30,8 @@ pub struct OpenAiProvider {
     model: String,
     api_key: Option<String>,
     limits: Limits,
+    /// The model's context window, when the config says.
+    context_window: Option<u64>,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -70,10 +72,11 @@ impl OpenAiProvider {
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(OpenAiProvider {
             client,
-            endpoint: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            endpoint: format!("{}/chat/completions", config.base_url()),
             model: config.model.clone().unwrap_or_else(|| "default".into()),
             api_key,
             limits: Limits::of(config),
+            context_window: config.context_window,
         })
     }
 
@@ -103,7 +106,9 @@ fn wire_message(message: &ChatMessage) -> Value {
     match message {
         ChatMessage::System(text) => json!({"role": "system", "content": text}),
         ChatMessage::User(text) => json!({"role": "user", "content": text}),
-        ChatMessage::Assistant { text, tool_calls } => {
+        ChatMessage::Assistant {
+            text, tool_calls, ..
+        } => {
             let mut m = json!({"role": "assistant", "content": text});
             if !tool_calls.is_empty() {
                 m["tool_calls"] = tool_calls
@@ -120,7 +125,9 @@ fn wire_message(message: &ChatMessage) -> Value {
             }
             m
         }
-        ChatMessage::ToolResult { call_id, content } => {
+        ChatMessage::ToolResult {
+            call_id, content, ..
+        } => {
             json!({"role": "tool", "tool_call_id": call_id, "content": content})
         }
     }
@@ -145,11 +152,53 @@ impl Provider for OpenAiProvider {
         }
         let key = self.api_key.clone();
         let limits = self.limits;
+        let prompt = Prompt {
+            estimated: crate::provider::context::estimate_tokens(&request.messages) as u64,
+            window: self.context_window,
+        };
         ProviderStream::spawn(move |tx| async move {
-            if let Err(mut error) = run(http, &tx, key.as_deref(), limits).await {
+            if let Err(mut error) = run(http, &tx, key.as_deref(), limits, prompt).await {
                 error.message = scrub(&error.message, key.as_deref());
                 tx.send(Err(error)).await;
             }
+        })
+    }
+
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn Provider>> {
+        let mut other = self.clone();
+        other.model = model.to_string();
+        Some(std::sync::Arc::new(other))
+    }
+}
+
+/// What is known of a request's prompt, to tell a server that cut it.
+#[derive(Debug, Clone, Copy)]
+struct Prompt {
+    /// About four characters a token.
+    estimated: u64,
+    /// The model's context window, when the config says.
+    window: Option<u64>,
+}
+
+impl Prompt {
+    /// A warning when the usage shows the prompt was cut to fit the model's
+    /// context window: it filled the window, or the server counted far fewer
+    /// tokens than the prompt has (Ollama's `/v1` cuts to 4096 tokens unless told
+    /// otherwise, and says nothing).
+    fn truncated(&self, usage: &Usage) -> Option<String> {
+        let counted = usage.input_tokens;
+        if let Some(window) = self.window
+            && counted >= window
+        {
+            return Some(format!(
+                "the prompt filled the model's context window ({window} tokens): the server may have cut it"
+            ));
+        }
+        (self.estimated > 2048 && counted > 0 && counted * 2 < self.estimated).then(|| {
+            format!(
+                "the server counted {counted} prompt tokens for a prompt of about {}: it probably cut the prompt to fit the model's context window (with Ollama, use the `ollama` provider, which sets num_ctx)",
+                self.estimated
+            )
         })
     }
 }
@@ -173,27 +222,13 @@ async fn run(
     tx: &StreamSender,
     secret: Option<&str>,
     limits: Limits,
+    prompt: Prompt,
 ) -> Result<(), ProviderError> {
-    let response = http.send().await.map_err(|e| {
-        if e.is_connect() || e.is_timeout() {
-            ProviderError::retryable(format!("cannot reach the provider: {e}"))
-        } else {
-            ProviderError::fatal(format!("the provider request failed: {e}"))
-        }
-    })?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = scrub(
-            &limits::error_body(response, limits.error_body_bytes).await,
-            secret,
+    let response = crate::provider::http::send(http).await?;
+    if !response.status().is_success() {
+        return Err(
+            crate::provider::http::refusal(response, limits.error_body_bytes, secret).await,
         );
-        let snippet: String = body.chars().take(300).collect();
-        let message = format!("the provider answered HTTP {status}: {}", snippet.trim());
-        return Err(if status.as_u16() == 429 || status.is_server_error() {
-            ProviderError::retryable(message)
-        } else {
-            ProviderError::fatal(message)
-        });
     }
     let mut events =
         limits::capped(response.bytes_stream(), limits.event_bytes, false).eventsource();
@@ -209,7 +244,7 @@ async fn run(
         })?;
         let data = event.data.trim();
         if data == "[DONE]" {
-            return assembly.finish(tx).await;
+            return assembly.finish(tx, prompt).await;
         }
         if data.is_empty() {
             continue;
@@ -221,9 +256,16 @@ async fn run(
             ))
         })?;
         if let Some(error) = chunk.get("error") {
-            return Err(ProviderError::fatal(format!(
-                "the provider reported an error: {error}"
-            )));
+            let error_type = error
+                .get("type")
+                .or_else(|| error.get("code"))
+                .and_then(Value::as_str);
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| error.to_string());
+            return Err(crate::provider::http::streamed(error_type, &message));
         }
         for item in assembly.absorb(&chunk)? {
             if !tx.send(Ok(item)).await {
@@ -232,7 +274,7 @@ async fn run(
         }
     }
     if assembly.finish.is_some() {
-        return assembly.finish(tx).await;
+        return assembly.finish(tx, prompt).await;
     }
     Err(ProviderError::fatal(
         "the provider stream ended before the answer was complete",
@@ -270,6 +312,10 @@ impl Assembly {
             self.usage = Some(Usage {
                 input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
                 output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+                cache_read_tokens: usage["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .unwrap_or(0),
+                ..Usage::default()
             });
         }
         let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
@@ -349,7 +395,7 @@ impl Assembly {
         (!now.is_empty()).then_some(now)
     }
 
-    async fn finish(&mut self, tx: &StreamSender) -> Result<(), ProviderError> {
+    async fn finish(&mut self, tx: &StreamSender, prompt: Prompt) -> Result<(), ProviderError> {
         let held = std::mem::take(&mut self.held);
         if !held.is_empty() {
             tx.send(Ok(ProviderEvent::TextDelta(held))).await;
@@ -384,6 +430,9 @@ impl Assembly {
             .await;
         }
         if let Some(usage) = self.usage {
+            if let Some(warning) = prompt.truncated(&usage) {
+                tx.send(Ok(ProviderEvent::Warning(warning))).await;
+            }
             tx.send(Ok(ProviderEvent::Usage(usage))).await;
         }
         let finish = match self.finish {

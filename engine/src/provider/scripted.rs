@@ -107,6 +107,12 @@ impl Provider for ScriptedProvider {
         "scripted"
     }
 
+    /// Only its own script: another "model" is another script, which this process
+    /// does not have.
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn Provider>> {
+        (model == self.model).then(|| std::sync::Arc::new(self.clone()) as _)
+    }
+
     fn model(&self) -> &str {
         &self.model
     }
@@ -150,6 +156,7 @@ impl Provider for ScriptedProvider {
             tx.send(Ok(ProviderEvent::Usage(Usage {
                 input_tokens,
                 output_tokens: (output as u64).div_ceil(4),
+                ..Usage::default()
             })))
             .await;
             let finish = entry.finish.unwrap_or(if has_calls {

@@ -23,6 +23,10 @@ pub struct WakeReport {
     pub redriven: usize,
     pub failed: usize,
     pub quarantined: usize,
+    /// Sessions left for a process that has their provider and model (protocol
+    /// §4.17).
+    #[serde(default)]
+    pub waiting: usize,
 }
 
 /// A recovery wake to start.

@@ -61,7 +61,7 @@ impl Execution {
         };
         self.dispatch_boundary(Some(PhaseChange::Dispatched))
             .await?;
-        let mut stream = self.services.provider.stream(request);
+        let mut stream = self.provider.stream(request);
         let mut summary = String::new();
         let mut failure = None;
         loop {
@@ -106,7 +106,7 @@ impl Execution {
     /// The turn took `max_steps` steps: a final assistant says so, and the claim is
     /// cleared in the same commit unless a wake is pending.
     pub(crate) async fn stop_at_step_limit(&mut self, max_steps: usize) -> Flow<Cleared> {
-        let provider = self.services.provider.clone();
+        let provider = self.provider.clone();
         let message_id = ids::new(ids::MESSAGE, self.services.clock.now_ms());
         let execution_id = self.claim.execution_id.clone();
         self.current_message = Some(message_id.clone());
@@ -122,6 +122,7 @@ impl Execution {
             f.append(Event::StepFailed {
                 message_id,
                 error: MessageError {
+                    reason: None,
                     kind: "limit".into(),
                     message: format!("The agent stopped after {max_steps} steps in one turn."),
                 },

@@ -30,12 +30,18 @@ pub(crate) enum StepEnd {
     Failed(String, Cleared),
 }
 
+/// The longest wait for a retry a provider may ask for (`retry-after`); a longer
+/// one ends the step instead, saying when to try again.
+pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+
 /// What a stream produced.
 enum Streamed {
     Done {
         finish: Finish,
         usage: Option<Usage>,
         calls: Vec<ToolCall>,
+        reasoning: Vec<crate::message::Reasoning>,
+        warnings: Vec<String>,
         text: Tail,
     },
     Failed {
@@ -121,7 +127,7 @@ impl Execution {
             messages: context::conversation(&self.session.directory, &messages),
             tools,
         };
-        let provider = self.services.provider.clone();
+        let provider = self.provider.clone();
         let message_id = ids::new(ids::MESSAGE, self.services.clock.now_ms());
         let (execution_id, id) = (self.claim.execution_id.clone(), message_id.clone());
         let (name, model) = (provider.name().to_string(), provider.model().to_string());
@@ -154,10 +160,45 @@ impl Execution {
                     error,
                     produced: false,
                     ..
-                } if error.retryable && attempt < max_attempts => {
-                    let backoff = Duration::from_millis(500 * (1 << (attempt - 1).min(4)));
-                    tracing::warn!(attempt, error = %error, "provider failed; retrying");
-                    self.pause(backoff).await?;
+                } if error.retryable
+                    && attempt < max_attempts
+                    && error.retry_after.is_none_or(|wait| wait <= MAX_RETRY_WAIT) =>
+                {
+                    // As long as the provider asked, else a backoff of its own.
+                    let wait = error.retry_after.unwrap_or_else(|| {
+                        Duration::from_millis(500 * (1 << (attempt - 1).min(4)))
+                    });
+                    tracing::warn!(attempt, error = %error, wait_ms = wait.as_millis() as u64, "provider failed; retrying");
+                    let at_ms = self.services.clock.now_ms()
+                        + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+                    let _ = self
+                        .services
+                        .events
+                        .send(crate::runner::EngineEvent::Retrying {
+                            session_id: self.claim.session_id.clone(),
+                            attempt: attempt + 1,
+                            of: max_attempts,
+                            at_ms,
+                            error: error.message.clone(),
+                        });
+                    self.pause(wait).await?;
+                }
+                Streamed::Failed {
+                    mut error,
+                    produced: false,
+                    text,
+                } if error.retryable && error.retry_after.is_some_and(|w| w > MAX_RETRY_WAIT) => {
+                    let wait = error.retry_after.unwrap_or_default();
+                    error.message = format!(
+                        "{} (the provider asks to try again in {} s, longer than Steward waits: try again later)",
+                        error.message,
+                        wait.as_secs()
+                    );
+                    break Streamed::Failed {
+                        error,
+                        produced: false,
+                        text,
+                    };
                 }
                 other => break other,
             }
@@ -175,8 +216,14 @@ impl Execution {
                 finish,
                 usage,
                 calls,
+                reasoning,
+                warnings,
                 text,
             } => {
+                let reasoning: Vec<(String, crate::message::Reasoning)> = reasoning
+                    .into_iter()
+                    .map(|r| (ids::new(ids::PART, now), r))
+                    .collect();
                 let calls: Vec<(String, ToolCall)> = unique_call_ids(calls)
                     .into_iter()
                     .map(|c| (ids::new(ids::PART, now), c))
@@ -189,10 +236,20 @@ impl Execution {
                         if let Some(tail) = tail {
                             f.append(tail)?;
                         }
+                        for (part_id, r) in reasoning {
+                            f.append(Event::StepReasoning {
+                                message_id: message_id.clone(),
+                                part_id,
+                                text: r.text,
+                                signature: r.signature,
+                                redacted: r.redacted,
+                            })?;
+                        }
                         f.append(Event::StepEnded {
                             message_id: message_id.clone(),
                             finish,
                             usage,
+                            warnings,
                         })?;
                         f.change_phase(PhaseChange::StepSettled)?;
                         for (part_id, call) in to_call {
@@ -233,6 +290,7 @@ impl Execution {
                             error: MessageError {
                                 kind: "provider".into(),
                                 message: error.message,
+                                reason: Some(error.kind.as_str().into()),
                             },
                         })?;
                         f.change_phase(PhaseChange::StepSettled)?;
@@ -257,6 +315,8 @@ impl Execution {
         let mut streamed = 0usize;
         let mut waiting: Vec<Instant> = Vec::new();
         let mut calls = Vec::new();
+        let mut reasoning = Vec::new();
+        let mut warnings = Vec::new();
         let (mut finish, mut usage, mut produced) = (None, None, false);
         loop {
             let deadline = waiting.first().map(|t| *t + TEXT_FLUSH_INTERVAL);
@@ -293,6 +353,11 @@ impl Execution {
                         produced = true;
                         calls.push(call);
                     }
+                    Some(Ok(ProviderEvent::Reasoning(r))) => {
+                        produced = true;
+                        reasoning.push(r);
+                    }
+                    Some(Ok(ProviderEvent::Warning(w))) => warnings.push(w),
                     Some(Ok(ProviderEvent::Usage(u))) => usage = Some(u),
                     Some(Ok(ProviderEvent::Finish(f))) => finish = Some(f),
                     Some(Err(error)) => {
@@ -312,6 +377,8 @@ impl Execution {
                 finish,
                 usage,
                 calls,
+                reasoning,
+                warnings,
                 text,
             },
             None => Streamed::Failed {

@@ -789,6 +789,7 @@ async fn openai_steps_retry_a_rate_limit_and_cancel_a_slow_stream() {
     use crate::provider::openai::tests::{Reply, config, serve};
     let slow = Reply {
         status: 200,
+        headers: vec![("Content-Type".into(), "text/event-stream".into())],
         pieces: (0..200)
             .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i} \"}}}}]}}\n\n"))
             .collect(),
@@ -1015,5 +1016,81 @@ async fn a_long_answer_is_committed_in_chunks_that_grow_with_it() {
     assert!(stats.text_commits < 80, "{} commits", stats.text_commits);
     let transcript = messages(&engine, &session.id).await;
     assert_eq!(transcript[1].data.text().len(), 2 * 1024 * 1024);
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_18_a_retry_waits_as_long_as_the_provider_asked_and_says_so() {
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.provider.max_attempts = 3;
+    let mut limited = ProviderError::retryable("rate-limited: slow down")
+        .of_kind(crate::provider::ErrorKind::RateLimited);
+    limited.retry_after = Some(Duration::from_millis(400));
+    let mut far = ProviderError::retryable("rate-limited: come back tomorrow")
+        .of_kind(crate::provider::ErrorKind::RateLimited);
+    far.retry_after = Some(Duration::from_secs(86_400));
+    let provider = FakeProvider::new(vec![
+        Answer {
+            error: Some(limited),
+            ..Answer::default()
+        },
+        Answer::text("after the wait"),
+        Answer {
+            error: Some(far),
+            ..Answer::default()
+        },
+    ]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let mut events = engine.subscribe();
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let started = std::time::Instant::now();
+    engine
+        .admit(&session.id, "one", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "it did not wait as asked: {:?}",
+        started.elapsed()
+    );
+    let retrying = loop {
+        match events.recv().await.unwrap() {
+            crate::runner::EngineEvent::Retrying {
+                attempt, of, error, ..
+            } => break (attempt, of, error),
+            _ => continue,
+        }
+    };
+    assert_eq!(retrying, (2, 3, "rate-limited: slow down".to_string()));
+    // A wait longer than Steward's is no retry: the step fails, saying so.
+    engine
+        .admit(&session.id, "two", Delivery::Queue)
+        .await
+        .unwrap();
+    let outcome = engine.wait_idle(&session.id).await;
+    assert_eq!(provider.count(), 3, "no retry of a day-long wait");
+    let Some(SessionOutcome::Ran(Outcome::Failed(message))) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(message.contains("longer than Steward waits"), "{message}");
+    let transcript = messages(&engine, &session.id).await;
+    let failed = transcript.last().unwrap().data.as_assistant().unwrap();
+    assert_eq!(
+        failed.error.as_ref().unwrap().reason.as_deref(),
+        Some("rate_limited")
+    );
     engine.shutdown().await.unwrap();
 }

@@ -45,6 +45,71 @@ impl Scope {
     }
 }
 
+/// The provider and model `session_id` runs on (protocol §4.17): the user's last
+/// choice or the last step's, whichever is newer; `None` before its first step.
+pub fn model_of(conn: &Connection, session_id: &str) -> Result<Option<(String, String)>> {
+    let latest = |sql: &str| -> Result<Option<(i64, String, String)>> {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let mut rows = stmt.query([session_id])?;
+        while let Some(row) = rows.next()? {
+            let (seq, provider, model): (i64, Option<String>, Option<String>) =
+                (row.get(0)?, row.get(1)?, row.get(2)?);
+            if let (Some(provider), Some(model)) = (provider, model) {
+                return Ok(Some((seq, provider, model)));
+            }
+        }
+        Ok(None)
+    };
+    // Both read newest first through `session_message (session_id, type, seq)`.
+    let step = latest(
+        "SELECT seq, json_extract(data, '$.provider'), json_extract(data, '$.model')
+         FROM session_message WHERE session_id = ?1 AND type = 'assistant'
+         ORDER BY seq DESC LIMIT 1",
+    )?;
+    let chosen = latest(
+        "SELECT seq, json_extract(data, '$.provider'), json_extract(data, '$.model')
+         FROM session_message WHERE session_id = ?1 AND type = 'synthetic'
+           AND json_extract(data, '$.kind') = 'model'
+         ORDER BY seq DESC LIMIT 1",
+    )?;
+    Ok(match (step, chosen) {
+        (Some(a), Some(b)) => Some(if a.0 > b.0 { (a.1, a.2) } else { (b.1, b.2) }),
+        (Some(a), None) | (None, Some(a)) => Some((a.1, a.2)),
+        (None, None) => None,
+    })
+}
+
+/// Records that the user chose `provider`/`model` for `session_id` (`model.chosen`,
+/// unowned), unless the session runs on them already.
+pub fn choose_model(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    provider: &str,
+    model: &str,
+    now_ms: i64,
+) -> Result<Option<EventRecord>> {
+    if rows::session(tx, session_id)?.is_none() {
+        return Err(Error::NotFound {
+            kind: "session",
+            id: session_id.to_string(),
+        });
+    }
+    let current = model_of(tx, session_id)?;
+    if current
+        .as_ref()
+        .is_some_and(|(p, m)| p == provider && m == model)
+    {
+        return Ok(None);
+    }
+    let event = Event::ModelChosen {
+        message_id: ids::new(ids::MESSAGE, now_ms),
+        provider: provider.to_string(),
+        model: model.to_string(),
+        previous: current.map(|(p, m)| format!("{p}/{m}")),
+    };
+    Ok(Some(append_unowned(tx, session_id, now_ms, event)?))
+}
+
 /// A session title from the start of its first prompt: its first line, at most 60
 /// characters.
 pub fn title_from(prompt: &str) -> String {

@@ -187,6 +187,12 @@ pub(super) fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             app.inspector.detail_scroll = app.inspector.detail_scroll.saturating_add(3).min(most);
             Vec::new()
         }
+        A::ChooseModel => match app.current_session() {
+            Some(session) if app.mode == crate::app::Mode::Chat => {
+                vec![Effect::ChooseModel(session.to_string())]
+            }
+            _ => Vec::new(),
+        },
         A::NewSession => {
             // A draft: the session is created, in the current directory and titled
             // after the prompt, when the first prompt is sent.

@@ -141,6 +141,7 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
             }
         },
         A::NewSession => app.transcript.session.is_none() && app.pane == Pane::Prompt,
+        A::ChooseModel => effects == [Effect::ChooseModel(SESSION.into())],
         A::DetailDown => app.inspector.detail_scroll > before.inspector.detail_scroll,
         A::DetailUp => app.inspector.detail_scroll < before.inspector.detail_scroll,
         A::ToggleInspector => app.screen != before.screen && loads,

@@ -28,6 +28,31 @@ pub fn failure_lines(theme: &Theme, text: &str, width: u16) -> Vec<Line<'static>
     out
 }
 
+/// The line that ends a transcript whose provider step waits to be tried again:
+/// why, and a countdown to the next attempt.
+pub fn retry_lines(
+    theme: &Theme,
+    retry: &crate::app::Retry,
+    now_ms: i64,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let seconds = ((retry.at_ms - now_ms).max(0) as u64).div_ceil(1000);
+    let line = Line::from(vec![
+        Span::styled("⟳ ", theme.style(Role::Warn)),
+        Span::styled(clean(&retry.error), theme.style(Role::Warn)),
+        Span::styled(
+            format!(
+                " — trying again in {seconds} s (attempt {} of {})",
+                retry.attempt, retry.of
+            ),
+            theme.style(Role::Muted),
+        ),
+    ]);
+    let mut out = vec![Line::default()];
+    out.extend(wrap(vec![line], width));
+    out
+}
+
 /// Every line of `messages` (and the pending inputs after them), wrapped to `width`.
 pub fn lines(
     theme: &Theme,
@@ -140,6 +165,7 @@ fn synthetic(
                 s.text
             ),
         ),
+        SyntheticKind::Model => ("⇄ ", Role::Accent, s.text.clone()),
     };
     text_block(out, theme, Some((symbol, role)), &text, role);
 }
@@ -158,10 +184,14 @@ fn assistant(
             theme.style(Role::Muted),
         ),
     ]));
-    // An MCP server that did not start is said where the user looks.
+    // An MCP server that did not start is said where the user looks, and so is
+    // what the provider's answer suggests went wrong.
     for missing in &a.unavailable {
         let text = format!("MCP server `{}` {}", missing.server, missing.error);
         text_block(out, theme, Some(("⚠ ", Role::Warn)), &text, Role::Warn);
+    }
+    for warning in &a.warnings {
+        text_block(out, theme, Some(("⚠ ", Role::Warn)), warning, Role::Warn);
     }
     let mut shown_texts: Vec<&str> = Vec::new();
     for part in &a.parts {
@@ -182,6 +212,29 @@ fn assistant(
                 }
             }
             Part::Tool(tool) => tool_lines(out, theme, tool, expanded, width),
+            // What the model thought, folded to one line unless expanded.
+            Part::Reasoning { text, redacted, .. } => {
+                let shown = if redacted.is_some() {
+                    "(redacted)".to_string()
+                } else if expanded {
+                    text.clone()
+                } else {
+                    let first = text.lines().next().unwrap_or_default();
+                    let short: String = first.chars().take(80).collect();
+                    if short.len() < text.len() {
+                        format!("{short}…")
+                    } else {
+                        short
+                    }
+                };
+                text_block(
+                    out,
+                    theme,
+                    Some(("∴ thinking: ", Role::Muted)),
+                    &shown,
+                    Role::Muted,
+                );
+            }
         }
     }
     // The error, unless a recovery text part already said it.

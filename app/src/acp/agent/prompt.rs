@@ -124,6 +124,9 @@ impl Agent {
                     format!("session {session} is held by another live owner ({owner_id})"),
                 ));
             }
+            Some(outcome @ SessionOutcome::WaitsForProvider { .. }) => {
+                return Err((INTERNAL_ERROR, format!("session {session} {outcome}")));
+            }
             Some(SessionOutcome::Stopped) => {
                 return Err((
                     INTERNAL_ERROR,

@@ -5,118 +5,22 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use super::*;
 use crate::provider::{ProviderEvent, Purpose, ToolSpec};
 
-/// One canned HTTP response: status, then body pieces with a pause before each.
-#[derive(Clone)]
-pub(crate) struct Reply {
-    pub status: u16,
-    pub pieces: Vec<String>,
-    pub pause: Duration,
-}
+pub(crate) use crate::provider::fake::{Reply, Seen};
 
-impl Reply {
-    pub fn sse(events: &[&str]) -> Reply {
-        Reply {
-            status: 200,
-            pieces: events.iter().map(|e| format!("data: {e}\n\n")).collect(),
-            pause: Duration::ZERO,
-        }
-    }
-
-    pub fn status(status: u16, body: &str) -> Reply {
-        Reply {
-            status,
-            pieces: vec![body.to_string()],
-            pause: Duration::ZERO,
-        }
-    }
-}
-
-/// What the server saw.
-#[derive(Default)]
-pub(crate) struct Seen {
-    pub requests: Vec<String>,
-    /// Connections the client closed while the server was still writing.
-    pub hangups: usize,
-}
-
-/// Serves `replies` in order (the last repeats) on a fresh port.
+/// The fake server, with the `/v1` an OpenAI-compatible root has.
 pub(crate) async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Seen>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let seen2 = seen.clone();
-    tokio::spawn(async move {
-        let mut n = 0;
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let reply = replies[n.min(replies.len() - 1)].clone();
-            n += 1;
-            let seen = seen2.clone();
-            tokio::spawn(async move {
-                let request = read_request(&mut socket).await;
-                seen.lock().unwrap().requests.push(request);
-                let reason = if reply.status == 200 { "OK" } else { "Error" };
-                let head = format!(
-                    "HTTP/1.1 {} {reason}\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
-                    reply.status
-                );
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                for piece in reply.pieces {
-                    tokio::time::sleep(reply.pause).await;
-                    if socket.write_all(piece.as_bytes()).await.is_err()
-                        || socket.flush().await.is_err()
-                    {
-                        seen.lock().unwrap().hangups += 1;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, seen)
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        data.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&data);
-        if let Some(end) = text.find("\r\n\r\n") {
-            let length = text[..end]
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse::<usize>().unwrap())
-                })
-                .unwrap_or(0);
-            if data.len() >= end + 4 + length {
-                break;
-            }
-        }
-    }
-    String::from_utf8_lossy(&data).into_owned()
+    let (root, seen) = crate::provider::fake::serve(replies).await;
+    (format!("{root}/v1"), seen)
 }
 
 pub(crate) fn config(url: &str) -> ProviderConfig {
     ProviderConfig {
         name: "openai".into(),
-        base_url: url.to_string(),
+        base_url: Some(url.to_string()),
         model: Some("tiny".into()),
         request_timeout_ms: 5_000,
         ..ProviderConfig::default()
@@ -186,7 +90,8 @@ async fn streamed_text_and_fragmented_tool_calls_are_assembled() {
             }),
             ProviderEvent::Usage(Usage {
                 input_tokens: 12,
-                output_tokens: 7
+                output_tokens: 7,
+                ..Usage::default()
             }),
             ProviderEvent::Finish(Finish::ToolCalls),
         ]
@@ -363,6 +268,7 @@ async fn an_api_key_streamed_back_is_scrubbed_even_split_across_chunks() {
 async fn dropping_the_stream_hangs_up_on_a_slow_server() {
     let slow = Reply {
         status: 200,
+        headers: vec![("Content-Type".into(), "text/event-stream".into())],
         pieces: (0..100)
             .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{i} \"}}}}]}}\n\n"))
             .collect(),
@@ -416,6 +322,7 @@ async fn a_real_openai_compatible_server_answers_a_step() {
 fn endless(piece: usize, pieces: usize) -> Reply {
     Reply {
         status: 200,
+        headers: vec![("Content-Type".into(), "text/event-stream".into())],
         pieces: std::iter::once("data: ".to_string())
             .chain(std::iter::repeat_n("x".repeat(piece), pieces))
             .collect(),
@@ -498,6 +405,7 @@ async fn r4_15_an_error_body_is_read_only_up_to_its_limit() {
 async fn r4_15_bytes_that_trickle_without_forming_an_event_time_out() {
     let trickle = Reply {
         status: 200,
+        headers: vec![("Content-Type".into(), "text/event-stream".into())],
         pieces: vec![
             "data: ".into(),
             "x".into(),

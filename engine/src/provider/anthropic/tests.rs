@@ -1,0 +1,422 @@
+//! The `anthropic` provider against recorded Messages API streams, served by the
+//! fake server on 127.0.0.1: every event type, errors before and during the stream,
+//! and the request Steward sends back (tool results, thinking, cache breakpoints).
+
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::*;
+use crate::provider::fake::{Reply, serve};
+use crate::provider::{ErrorKind, Purpose, ToolSpec};
+
+fn config(url: &str) -> ProviderConfig {
+    ProviderConfig {
+        name: "anthropic".into(),
+        base_url: Some(url.to_string()),
+        model: Some("claude-test".into()),
+        request_timeout_ms: 5_000,
+        max_tokens: 2048,
+        ..ProviderConfig::default()
+    }
+}
+
+fn request(messages: Vec<ChatMessage>) -> ProviderRequest {
+    ProviderRequest {
+        session_id: "ses_1".into(),
+        purpose: Purpose::Step,
+        step_index: 0,
+        messages,
+        tools: vec![
+            ToolSpec {
+                name: "read_file".into(),
+                description: "read".into(),
+                parameters: json!({"type": "object"}),
+            },
+            ToolSpec {
+                name: "run_command".into(),
+                description: "run".into(),
+                parameters: json!({"type": "object"}),
+            },
+        ],
+    }
+}
+
+fn hello() -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::System("sys".into()),
+        ChatMessage::User("hi".into()),
+    ]
+}
+
+async fn collect(
+    provider: &AnthropicProvider,
+    messages: Vec<ChatMessage>,
+) -> Vec<Result<ProviderEvent, ProviderError>> {
+    let mut stream = provider.stream(request(messages));
+    let mut out = Vec::new();
+    while let Some(item) = stream.next().await {
+        out.push(item);
+    }
+    out
+}
+
+/// A turn that streams text and calls a tool, as the Messages API sends it.
+const TEXT_AND_TOOL_USE: &[(&str, &str)] = &[
+    (
+        "message_start",
+        r#"{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":5,"cache_read_input_tokens":10,"output_tokens":1}}}"#,
+    ),
+    (
+        "content_block_start",
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    ),
+    ("ping", r#"{"type":"ping"}"#),
+    (
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me "}}"#,
+    ),
+    (
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"look."}}"#,
+    ),
+    (
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":0}"#,
+    ),
+    (
+        "content_block_start",
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01","name":"run_command","input":{}}}"#,
+    ),
+    (
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#,
+    ),
+    (
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"comm"}}"#,
+    ),
+    (
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"and\": \"ls\"}"}}"#,
+    ),
+    (
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":1}"#,
+    ),
+    (
+        "some_future_event",
+        r#"{"type":"some_future_event","what":"ignored"}"#,
+    ),
+    (
+        "message_delta",
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":30}}"#,
+    ),
+    ("message_stop", r#"{"type":"message_stop"}"#),
+];
+
+#[tokio::test]
+async fn r4_18_a_streamed_text_and_tool_use_turn() {
+    let (url, seen) = serve(vec![Reply::named_sse(TEXT_AND_TOOL_USE)]).await;
+    let mut config = config(&url);
+    // A variable cargo sets for every test process, so the test never sets one.
+    config.api_key_env = Some("CARGO_PKG_NAME".into());
+    let key = std::env::var("CARGO_PKG_NAME").unwrap();
+    let keyed = AnthropicProvider::new(&config).unwrap();
+    collect(&keyed, hello()).await;
+    config.api_key_env = None;
+    let provider = AnthropicProvider::new(&config).unwrap();
+    let events: Vec<ProviderEvent> = collect(&provider, hello())
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::TextDelta("Let me ".into()),
+            ProviderEvent::TextDelta("look.".into()),
+            ProviderEvent::ToolCall(ToolCall {
+                call_id: "toolu_01".into(),
+                tool: "run_command".into(),
+                input: json!({"command": "ls"}),
+            }),
+            ProviderEvent::Usage(Usage {
+                input_tokens: 25,
+                output_tokens: 30,
+                cache_read_tokens: 10,
+                cache_write_tokens: 5,
+            }),
+            ProviderEvent::Finish(Finish::ToolCalls),
+        ]
+    );
+    let seen = seen.lock().unwrap();
+    let head = seen.requests[0].to_ascii_lowercase();
+    assert!(!seen.requests[1].to_ascii_lowercase().contains("x-api-key"));
+    assert!(head.starts_with("post /v1/messages "), "{head}");
+    assert!(head.contains(&format!("x-api-key: {key}")), "{head}");
+    assert!(head.contains("anthropic-version: 2023-06-01"), "{head}");
+    let body = seen.body(0);
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["max_tokens"], 2048);
+    assert_eq!(body["stream"], true);
+    // Cache breakpoints: the system prompt, the last tool, the last user turn.
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}])
+    );
+    assert_eq!(body["tools"][0].get("cache_control"), None);
+    assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+        ]}])
+    );
+}
+
+#[tokio::test]
+async fn r4_18_thinking_is_kept_with_its_signature_and_sent_back() {
+    let (url, seen) = serve(vec![Reply::named_sse(&[
+        (
+            "message_start",
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"The user "}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"greets me."}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAh"}}"#,
+        ),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EmwKAhgB"}}"#,
+        ),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":1}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Hello."}}"#,
+        ),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":2}"#,
+        ),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#),
+    ])])
+    .await;
+    let mut config = config(&url);
+    config.thinking_budget = Some(1024);
+    let provider = AnthropicProvider::new(&config).unwrap();
+    let events: Vec<ProviderEvent> = collect(&provider, hello())
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let thinking = Reasoning {
+        text: "The user greets me.".into(),
+        signature: Some("EqQBCgIYAh".into()),
+        redacted: None,
+    };
+    let redacted = Reasoning {
+        text: String::new(),
+        signature: None,
+        redacted: Some("EmwKAhgB".into()),
+    };
+    assert_eq!(
+        events[..3],
+        [
+            ProviderEvent::Reasoning(thinking.clone()),
+            ProviderEvent::Reasoning(redacted.clone()),
+            ProviderEvent::TextDelta("Hello.".into()),
+        ]
+    );
+    assert_eq!(events.last(), Some(&ProviderEvent::Finish(Finish::Stop)));
+    assert_eq!(
+        seen.lock().unwrap().body(0)["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+    // Sent back before the text and the call, as the API requires.
+    let body = provider.body(&request(vec![
+        ChatMessage::User("hi".into()),
+        ChatMessage::Assistant {
+            text: "Hello.".into(),
+            tool_calls: vec![ToolCall {
+                call_id: "toolu_9".into(),
+                tool: "read_file".into(),
+                input: json!({"path": "a"}),
+            }],
+            reasoning: vec![thinking, redacted],
+        },
+        ChatMessage::ToolResult {
+            call_id: "toolu_9".into(),
+            tool: "read_file".into(),
+            content: "A".into(),
+            is_error: false,
+        },
+    ]));
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "The user greets me.", "signature": "EqQBCgIYAh"},
+            {"type": "redacted_thinking", "data": "EmwKAhgB"},
+            {"type": "text", "text": "Hello."},
+            {"type": "tool_use", "id": "toolu_9", "name": "read_file", "input": {"path": "a"}}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn r4_18_an_error_event_mid_stream_ends_the_step_with_it() {
+    let (url, _) = serve(vec![Reply::named_sse(&[
+        (
+            "message_start",
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        ),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Half"}}"#,
+        ),
+        (
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+    ])])
+    .await;
+    let provider = AnthropicProvider::new(&config(&url)).unwrap();
+    let events = collect(&provider, hello()).await;
+    assert_eq!(
+        events[0],
+        Ok(ProviderEvent::TextDelta("Half".into())),
+        "{events:?}"
+    );
+    let error = events.last().unwrap().clone().unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Overloaded);
+    // Retryable as an error, but text was streamed: the runner does not retry it.
+    assert!(error.retryable);
+    assert_eq!(
+        error.message,
+        "the provider is overloaded: the provider reported an error: Overloaded"
+    );
+}
+
+#[tokio::test]
+async fn r4_18_a_429_says_when_to_try_again() {
+    let (url, _) = serve(vec![
+        Reply::status(
+            429,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+        )
+        .header("retry-after", "12")
+        .header("x-should-retry", "true"),
+    ])
+    .await;
+    let provider = AnthropicProvider::new(&config(&url)).unwrap();
+    let error = collect(&provider, hello())
+        .await
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::RateLimited);
+    assert!(error.retryable);
+    assert_eq!(error.retry_after, Some(Duration::from_secs(12)));
+    assert!(
+        error.message.starts_with("rate-limited: "),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn r4_18_a_recovered_call_is_answered_by_a_tool_result_with_its_id() {
+    use crate::message::{
+        AssistantData, MessageData, MessageTime, Part, TOOL_OUTCOME_UNKNOWN, ToolPart, ToolState,
+        ToolStatus, UserData,
+    };
+    use crate::projection::MessageRow;
+    let mut unknown = ToolState::pending(json!({"command": "sleep 300"}));
+    unknown.status = ToolStatus::Error;
+    unknown.error = Some(TOOL_OUTCOME_UNKNOWN.into());
+    let row = |seq, data| MessageRow {
+        id: format!("msg_{seq}"),
+        session_id: "ses_1".into(),
+        seq,
+        time_created: 0,
+        time_updated: 0,
+        data,
+    };
+    let transcript = vec![
+        row(
+            1,
+            MessageData::User(UserData {
+                input_id: "inp_1".into(),
+                text: "run it".into(),
+            }),
+        ),
+        row(
+            2,
+            MessageData::Assistant(AssistantData {
+                execution_id: "exe_1".into(),
+                provider: "anthropic".into(),
+                model: "claude-test".into(),
+                time: MessageTime {
+                    created: 0,
+                    completed: Some(1),
+                },
+                finish: None,
+                error: None,
+                usage: None,
+                parts: vec![Part::Tool(ToolPart {
+                    id: "prt_1".into(),
+                    call_id: "toolu_crash".into(),
+                    tool: "run_command".into(),
+                    state: unknown,
+                })],
+                unavailable: Vec::new(),
+                warnings: Vec::new(),
+            }),
+        ),
+    ];
+    let messages = crate::provider::context::conversation("/w", &transcript);
+    let (url, _) = serve(vec![Reply::named_sse(TEXT_AND_TOOL_USE)]).await;
+    let provider = AnthropicProvider::new(&config(&url)).unwrap();
+    let body = provider.body(&request(messages));
+    assert_eq!(
+        body["messages"][2],
+        json!({"role": "user", "content": [{
+            "type": "tool_result", "tool_use_id": "toolu_crash",
+            "content": format!("Error: {TOOL_OUTCOME_UNKNOWN}"), "is_error": true,
+            "cache_control": {"type": "ephemeral"}
+        }]})
+    );
+    assert_eq!(body["messages"][1]["content"][0]["id"], "toolu_crash");
+}

@@ -29,6 +29,11 @@ struct Mcp {
 
 impl Mcp {
     fn new(extra: &str) -> Mcp {
+        Mcp::misbehaving(extra, "")
+    }
+
+    /// The test server with `modes` (see `tests/helper/mcp_server.rs`).
+    fn misbehaving(extra: &str, modes: &str) -> Mcp {
         let env = Env::new();
         let work = work_dir(&env);
         let server = env.root.path().join("server");
@@ -36,7 +41,7 @@ impl Mcp {
         std::fs::write(
             &config,
             format!(
-                "[mcp.servers.t]\ncommand = {:?}\nargs = [\"mcp-server\", {:?}]\n{extra}",
+                "[mcp.servers.t]\ncommand = {:?}\nargs = [\"mcp-server\", {:?}, {modes:?}]\n{extra}",
                 helper_bin(),
                 server.display().to_string()
             ),
@@ -672,7 +677,7 @@ fn r4_16_doctor_lists_each_configured_server_and_whether_it_starts() {
         .output()
         .unwrap();
     assert!(
-        stdout(&text).contains("mcp         t: starts, 7 tools"),
+        stdout(&text).contains("mcp         t: starts, 8 tools"),
         "{}",
         stdout(&text)
     );
@@ -791,4 +796,158 @@ fn r4_16_conformance_with_the_reference_server_over_streamable_http() {
     // An HTTP call has no process of Steward's to record.
     let started = show(&env, &session)["messages"].to_string();
     assert!(started.contains("\"server\":\"web\""), "{started}");
+}
+
+#[test]
+fn r4_16_ctrl_c_is_heard_while_a_call_starts_its_server_again() {
+    // The server exits after listing its tools; started again for the call, it
+    // never answers `initialize` (within the 30 s startup limit).
+    let mcp = Mcp::misbehaving("", "exit-after-list,hang-on-restart");
+    // The call comes a second after the step starts: the server is gone by then.
+    let script = "[[step]]\ntext = [\"calling\"]\ndelay_ms = 1000\ntool_calls = [{ tool = \"t__echo\", input = { text = \"x\" } }]\n".to_string() + DONE;
+    let mut cmd = mcp.cmd(&script);
+    let child = cmd
+        .args(["run", "--yes", "--dir", &mcp.work, "go"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || mcp.lines("starts.txt").len()
+            >= 2),
+        "the server was never started again"
+    );
+    let asked = std::time::Instant::now();
+    signal(child.id(), "INT");
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "Ctrl-C took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(code(&output), 130, "{}", stderr(&output));
+    let hung: i32 = mcp.lines("starts.txt")[1].parse().unwrap();
+    assert!(eventually(Duration::from_secs(2), || !alive(hung)));
+}
+
+#[test]
+fn r4_16_what_a_server_left_in_its_group_goes_when_it_exits() {
+    let mcp = Mcp::misbehaving("", "fork-child,exit-after-list");
+    let script = step("t__echo", "{ text = \"x\" }") + DONE;
+    let mut cmd = mcp.cmd(&script);
+    let mut child = cmd
+        .args(["run", "--yes", "--dir", &mcp.work, "go"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || mcp
+        .server
+        .join("child.pid")
+        .exists()));
+    let left: i32 = std::fs::read_to_string(mcp.server.join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The server exits on its own: what it started goes with it, even though
+    // Steward is then killed before it could look.
+    assert!(
+        eventually(Duration::from_secs(3), || !alive(left)),
+        "the server's child outlived it"
+    );
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+}
+
+/// The most memory process `pid` has held, in kB.
+fn peak_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn r4_16_a_server_that_floods_steward_grows_neither_its_memory_nor_its_log() {
+    for flood in ["flood-notifications", "flood-requests"] {
+        let mcp = Mcp::misbehaving("", flood);
+        let script = step("t__slow", "{ line = \"s\", ms = 3000 }") + DONE;
+        let mut cmd = mcp.cmd(&script);
+        let mut child = cmd
+            .args(["run", "--yes", "--dir", &mcp.work, "go"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut peak = 0;
+        while child.try_wait().unwrap().is_none() {
+            peak = peak.max(peak_kb(child.id()));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            peak < 200_000,
+            "{flood}: steward grew to {peak} kB while the server flooded it"
+        );
+        let logs: u64 = std::fs::read_dir(mcp.env.data.join("logs"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        assert!(logs < 1 << 20, "{flood}: the log grew to {logs} bytes");
+        assert_eq!(mcp.effects(), ["s"], "{flood}");
+    }
+}
+
+#[test]
+fn r4_16_a_line_past_the_limit_ends_the_connection_not_the_wait() {
+    let mcp = Mcp::new("timeout_ms = 60000\n");
+    let script = step("t__huge", "{}") + &step("t__echo", "{ text = \"next\" }") + DONE;
+    let started = std::time::Instant::now();
+    let output = mcp.run(&script, &["--yes"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the call waited for its timeout: {:?}",
+        started.elapsed()
+    );
+    let tools = mcp.tools();
+    let error = tools[0]["state"]["error"].as_str().unwrap();
+    assert!(error.contains("ended during the call"), "{error}");
+    assert_eq!(tools[1]["state"]["output"], "next", "{tools:?}");
+}
+
+#[test]
+fn r4_16_acp_a_client_server_that_does_not_start_is_said() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "script.toml", DONE);
+    let mut client = Driver::spawn(&env, &argv(&env, &script, None));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let created = client.request(
+        "session/new",
+        json!({"cwd": work, "mcpServers": [{
+            "name": "broken", "command": "/nonexistent/mcp", "args": [], "env": []
+        }]}),
+    );
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    let answer = client.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let said = crate::acp::agent_text(&client.updates(&session));
+    assert!(
+        said.contains("⚠ MCP server `broken` did not start: cannot run `/nonexistent/mcp`"),
+        "{said}"
+    );
+    assert!(client.close().success());
 }

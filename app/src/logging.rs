@@ -22,7 +22,10 @@ const KEEP: usize = 7;
 pub fn init(dir: &Path) -> Option<WorkerGuard> {
     let writer = DailyFile::open(dir).ok()?;
     let (writer, guard) = tracing_appender::non_blocking(writer);
-    let filter = EnvFilter::try_from_env("STEWARD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("STEWARD_LOG")
+        // The MCP client logs what servers send at `info`: a server must not fill
+        // the disk through Steward's log.
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

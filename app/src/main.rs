@@ -123,8 +123,9 @@ enum Command {
     /// protocol messages only; exits when stdin closes.
     Acp,
     /// Check integrity, schema version, that every projection equals a replay of its
-    /// event log, and every invariant (claims, open tools, inputs, recoveries, epochs).
-    /// Never recovers or runs anything.
+    /// event log, and every invariant (claims, open tools, inputs, recoveries, epochs);
+    /// then start each configured MCP server (in the current directory), list its
+    /// tools and stop it. Never recovers or runs a session.
     Doctor {
         /// Print one JSON object.
         #[arg(long)]

@@ -463,15 +463,19 @@ impl McpServerConfig {
     /// Checks one server's settings; errors name the key.
     pub fn validate(&self, name: &str) -> Result<(), String> {
         let key = format!("mcp.servers.{name}");
+        // `SERVER__TOOL` must split one way only, and `SERVER__*` in tools.allow
+        // must name one server: no `__` in a name, none starting or ending in `_`.
         if name.is_empty()
             || name.len() > Self::MAX_NAME
             || name.contains("__")
+            || name.starts_with('_')
+            || name.ends_with('_')
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return Err(format!(
-                "{key}: a server name is 1 to {} letters, digits, `_` or `-`, without `__`",
+                "{key}: a server name is 1 to {} letters, digits, `_` or `-`, without `__` and not starting or ending with `_`",
                 Self::MAX_NAME
             ));
         }
@@ -510,6 +514,21 @@ impl McpServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn r4_16_a_server_name_splits_one_way_and_names_one_server() {
+        let server = McpServerConfig {
+            command: Some("server".into()),
+            ..McpServerConfig::default()
+        };
+        for good in ["a", "notes", "a-b", "a_b", "web2"] {
+            assert_eq!(server.validate(good), Ok(()), "{good}");
+        }
+        // `a_` would make `a__*` in tools.allow allow its tools (`a___x`) too.
+        for bad in ["", "_", "a_", "_a", "a__b", "a b", "ü", &"x".repeat(33)] {
+            assert!(server.validate(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn an_empty_file_is_the_defaults() {

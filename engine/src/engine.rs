@@ -239,11 +239,6 @@ impl Engine {
         self.services.mcp.give(session_id, servers).await;
     }
 
-    /// Stops `session`'s MCP servers in this process (its connection closed).
-    pub async fn close_mcp_servers(&self, session_id: &str) {
-        self.services.mcp.close_session(session_id).await;
-    }
-
     /// The MCP servers running in this process.
     pub fn mcp_servers(&self) -> Vec<crate::mcp::RunningServer> {
         self.services.mcp.running()

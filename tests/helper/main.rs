@@ -68,7 +68,8 @@ fn main() -> ExitCode {
             dir,
             model,
         ),
-        ["mcp-server", dir] => mcp_server::serve(PathBuf::from(dir)),
+        ["mcp-server", dir] => mcp_server::serve(PathBuf::from(dir), ""),
+        ["mcp-server", dir, modes] => mcp_server::serve(PathBuf::from(dir), modes),
         _ => Err(format!("unknown helper command {args:?}")),
     };
     match result {

@@ -4,9 +4,15 @@
 //! `DIR/log.txt` (`started`, `cancelled <id>`), and its pid to `DIR/pid`.
 //!
 //! Tools: `append {line}`; `slow {line, ms}` (appends, logs `started <line>`, then
-//! waits before it answers); `fail` (a tool error); `refuse` (a JSON-RPC error); `exit` (the server
-//! exits mid-call); `garbage` (a line that is not JSON, then the answer); `echo
-//! {text}`.
+//! waits before it answers); `fail` (a tool error); `refuse` (a JSON-RPC error);
+//! `exit` (the server exits mid-call); `garbage` (a line that is not JSON, then the
+//! answer); `echo {text}`; `huge` (an answer on one line of 9 MiB).
+//!
+//! Misbehaviours, as comma-separated modes: `exit-after-list` (exits 300 ms after
+//! listing its tools), `hang-on-restart` (a second start never answers
+//! `initialize`), `fork-child` (starts `sleep 300` in its group, its pid in
+//! `DIR/child.pid`), `flood-notifications` and `flood-requests` (after `initialize`,
+//! sends notifications of 10 KB, or `ping` requests, as fast as it can).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -39,13 +45,24 @@ fn tools() -> Value {
         {"name": "garbage", "description": "Write garbage first.", "inputSchema": object(json!({}))},
         {"name": "echo", "description": "Echo text.",
          "inputSchema": object(json!({"text": {"type": "string"}}))},
+        {"name": "huge", "description": "Answer with one huge line.", "inputSchema": object(json!({}))},
     ])
 }
 
 /// Serves MCP on stdin/stdout until stdin ends.
-pub fn serve(dir: PathBuf) -> Result<(), String> {
+pub fn serve(dir: PathBuf, modes: &str) -> Result<(), String> {
+    let mode = |m: &str| modes.split(',').any(|x| x == m);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let restarted = dir.join("pid").exists();
     std::fs::write(dir.join("pid"), std::process::id().to_string()).map_err(|e| e.to_string())?;
+    append(&dir.join("starts.txt"), &std::process::id().to_string());
+    if mode("fork-child") {
+        let child = std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("child.pid"), child.id().to_string()).map_err(|e| e.to_string())?;
+    }
     let effects = dir.join("effects.txt");
     let log = dir.join("log.txt");
     let out = Arc::new(Mutex::new(std::io::stdout()));
@@ -66,16 +83,44 @@ pub fn serve(dir: PathBuf) -> Result<(), String> {
         let method = message["method"].as_str().unwrap_or("");
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         match (method, id) {
-            ("initialize", Some(id)) => send(json!({
-                "jsonrpc": "2.0", "id": id,
-                "result": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "steward-test-mcp", "version": "1"}
+            ("initialize", Some(_)) if restarted && mode("hang-on-restart") => {
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            ("initialize", Some(id)) => {
+                if mode("flood-notifications") || mode("flood-requests") {
+                    let send = send.clone();
+                    let requests = mode("flood-requests");
+                    std::thread::spawn(move || {
+                        let padding = "x".repeat(10_000);
+                        for n in 0u64.. {
+                            if requests {
+                                send(
+                                    json!({"jsonrpc": "2.0", "id": format!("p{n}"), "method": "ping"}),
+                                );
+                            } else {
+                                send(json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                    "params": {"level": "info", "data": padding}}));
+                            }
+                        }
+                    });
                 }
-            })),
+                send(json!({
+                    "jsonrpc": "2.0", "id": id,
+                    "result": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "steward-test-mcp", "version": "1"}
+                    }
+                }))
+            }
             ("tools/list", Some(id)) => {
-                send(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools()}}))
+                send(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools()}}));
+                if mode("exit-after-list") {
+                    std::thread::spawn(|| {
+                        std::thread::sleep(Duration::from_millis(300));
+                        std::process::exit(0);
+                    });
+                }
             }
             ("ping", Some(id)) => send(json!({"jsonrpc": "2.0", "id": id, "result": {}})),
             ("notifications/cancelled", None) => {
@@ -145,6 +190,7 @@ fn call(
             text("after garbage".into())
         }
         "echo" => text(args["text"].as_str().unwrap_or("").to_string()),
+        "huge" => text("h".repeat(9 << 20)),
         other => {
             send(json!({
                 "jsonrpc": "2.0", "id": id,

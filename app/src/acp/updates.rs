@@ -159,6 +159,21 @@ impl Stream {
         }
     }
 
+    /// A step's MCP servers that did not start: said, not silently absent.
+    fn unavailable(
+        &mut self,
+        message_id: &str,
+        missing: &[steward_engine::message::Unavailable],
+    ) -> Vec<SessionUpdate> {
+        missing
+            .iter()
+            .map(|m| {
+                let text = format!("⚠ MCP server `{}` {}", m.server, m.error);
+                self.agent(&format!("{message_id}:unavailable:{}", m.server), &text)
+            })
+            .collect()
+    }
+
     /// Agent text belonging to `key` (a part id, or a note's own key).
     fn agent(&mut self, key: &str, text: &str) -> SessionUpdate {
         let text = match &self.last_text {
@@ -196,6 +211,7 @@ impl Stream {
                 MessageData::User(u) => out.push(self.other(user_text(u.text.clone()))),
                 MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
                 MessageData::Assistant(a) => {
+                    out.extend(self.unavailable(&message.id, &a.unavailable));
                     for part in &a.parts {
                         match part {
                             Part::Text { id, text } if !text.is_empty() => {
@@ -239,6 +255,11 @@ impl Stream {
     /// [`Stream::ending`].
     pub fn event(&mut self, event: &Event) -> Vec<SessionUpdate> {
         match event {
+            Event::StepStarted {
+                message_id,
+                tools: Some(tools),
+                ..
+            } if !tools.unavailable.is_empty() => self.unavailable(message_id, &tools.unavailable),
             Event::StepText { part_id, text, .. } if !text.is_empty() => {
                 vec![self.agent(part_id, text)]
             }

@@ -5,9 +5,16 @@
 //! [`Gated`] wraps a transport. Every `tools/call` it is handed waits at the gate of
 //! its request id; [`Gates::open`] lets it out, [`Gates::close`] drops it unsent.
 //! Either side may arrive first: the gate is made by whichever does.
+//!
+//! It also bounds what a server may send Steward's way: a server's notifications
+//! are dropped (Steward acts on none of them), and of its requests (`ping`,
+//! `roots/list`, …) at most [`MAX_SERVER_REQUESTS`] wait for their answer at once —
+//! the rest are dropped — so a server that floods Steward grows neither its memory
+//! nor its log.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::RoleClient;
@@ -58,16 +65,25 @@ pub(crate) enum GateError {
     Transport(Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// The most requests of a server's that wait for Steward's answer at once.
+pub(crate) const MAX_SERVER_REQUESTS: usize = 16;
+
 /// A transport whose `tools/call` requests wait at their gate.
 #[derive(Debug)]
 pub(crate) struct Gated<T> {
     inner: T,
     gates: Arc<Gates>,
+    /// The server's requests taken and not answered yet.
+    answering: Arc<AtomicUsize>,
 }
 
 impl<T> Gated<T> {
     pub(crate) fn new(inner: T, gates: Arc<Gates>) -> Self {
-        Gated { inner, gates }
+        Gated {
+            inner,
+            gates,
+            answering: Arc::new(AtomicUsize::new(0)),
+        }
     }
 }
 
@@ -91,6 +107,12 @@ where
             }
             _ => None,
         };
+        // An answer to one of the server's requests frees its place.
+        if matches!(item, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) {
+            let _ = self
+                .answering
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
         // Both transports Steward uses do nothing until their send is polled.
         let send = self.inner.send(item);
         let gates = self.gates.clone();
@@ -112,8 +134,25 @@ where
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.inner.receive()
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = self.inner.receive().await?;
+            match &message {
+                JsonRpcMessage::Notification(_) => continue,
+                JsonRpcMessage::Request(_) => {
+                    let taken =
+                        self.answering
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                (n < MAX_SERVER_REQUESTS).then_some(n + 1)
+                            });
+                    if taken.is_err() {
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            return Some(message);
+        }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {

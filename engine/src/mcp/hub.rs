@@ -1,8 +1,8 @@
 //! The MCP servers of this process, by session (protocol §4.16): started on a
 //! session's first step, offered as `SERVER__TOOL`, stopped — and started again on
 //! the next call — after a call that timed out, was cancelled or lost its
-//! connection, and stopped for good when the session's connection closes or the
-//! engine shuts down.
+//! connection, and stopped for good when the engine shuts down (an ACP
+//! connection's servers with it: one process serves one connection).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -227,25 +227,6 @@ impl McpHub {
             }
         }
         offer
-    }
-
-    /// Stops every server of `session` (its connection closed).
-    pub async fn close_session(&self, session: &str) {
-        self.inner
-            .given
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(session);
-        for (key, slot) in self.inner.slots_of(session) {
-            if let Some(server) = slot.lock().await.server.take() {
-                server.stop(self.inner.grace).await;
-            }
-            self.inner
-                .slots
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&key);
-        }
     }
 
     /// Stops every server (the engine shuts down), each with its grace, at once.
@@ -485,8 +466,13 @@ impl Tool for McpTool {
                         _ = tokio::time::sleep(timeout) => {
                             server.cancel(id, "timed out").await;
                             hub.discard(&session, &name, &server, false).await;
+                            let stopped = if server.identity().is_some() {
+                                "the server stopped"
+                            } else {
+                                "the connection closed"
+                            };
                             ToolOutput::Failed(unknown(&format!(
-                                "no answer within {} ms: the call was cancelled and the server stopped",
+                                "no answer within {} ms: the call was cancelled and {stopped}",
                                 timeout.as_millis()
                             )))
                         }

@@ -22,16 +22,27 @@ use crate::message::ProcessIdentity;
 use crate::tools::process::ServerProcess;
 
 /// The longest line a stdio server may write: a longer one ends the connection
-/// instead of growing without bound (protocol §4.15).
+/// ([`LineCap`]) instead of growing without bound (protocol §4.16).
 const MAX_LINE: usize = 8 << 20;
 /// The largest HTTP response or event an HTTP server may send.
 const MAX_HTTP_BODY: usize = 8 << 20;
 
-/// `sha256:` and the first 16 bytes, in hex, of the server's settings as JSON: which
-/// server a recorded call went to, exactly, without keeping its settings (its
-/// environment may hold secrets).
+/// `sha256:` and the first 16 bytes, in hex, of what the server is — its command
+/// and arguments or its URL, the names (not the values) of the variables and
+/// headers it gets, its limits — as JSON: which server a recorded call went to,
+/// without anything a value could be guessed back from (a variable's value may be a
+/// short secret).
 pub fn fingerprint(config: &McpServerConfig) -> String {
-    let json = serde_json::to_vec(config).unwrap_or_default();
+    let json = serde_json::to_vec(&serde_json::json!({
+        "command": config.command,
+        "args": config.args,
+        "env": config.env.keys().collect::<Vec<_>>(),
+        "url": config.url,
+        "headers": config.headers.keys().collect::<Vec<_>>(),
+        "timeout_ms": config.timeout_ms,
+        "startup_timeout_ms": config.startup_timeout_ms,
+    }))
+    .unwrap_or_default();
     let digest = sha2::Sha256::digest(&json);
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
@@ -114,8 +125,8 @@ impl Server {
                     ServerProcess::spawn(command, &config.args, &env, cwd, hidden_env)
                         .await
                         .map_err(|e| format!("cannot run `{command}`: {e}"))?;
-                let transport =
-                    AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_LINE);
+                let transport = AsyncRwTransport::new_client(LineCap::new(stdout), stdin)
+                    .with_max_line_length(MAX_LINE);
                 let served = client_config()
                     .serve(Gated::new(transport, gates.clone()))
                     .await;
@@ -123,15 +134,12 @@ impl Server {
                     Ok(service) => (service, Some(process)),
                     Err(e) => {
                         let mut process = process;
-                        // What the server said on its way out says why.
+                        // What the server said on its way out (and how it ended, in
+                        // its wrapper's words) says why.
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        let status = process.exited();
                         let tail = process.stderr_tail();
                         process.kill();
                         let mut message = format!("it did not initialize: {e}");
-                        if let Some(status) = status {
-                            message.push_str(&format!(" (the server exited: {status})"));
-                        }
                         if !tail.is_empty() {
                             message.push_str(&format!("; it wrote: {}", last_lines(&tail)));
                         }
@@ -143,7 +151,9 @@ impl Server {
                 let service = client_config()
                     .serve(Gated::new(http_transport(url, config)?, gates.clone()))
                     .await
-                    .map_err(|e| format!("it did not initialize: {e}"))?;
+                    .map_err(|e| {
+                        format!("it did not initialize: {}", without_types(&e.to_string()))
+                    })?;
                 (service, None)
             }
             (None, None) => return Err("it has neither `command` nor `url`".into()),
@@ -361,6 +371,92 @@ fn runnable(
     } else {
         Err(format!("cannot run `{command}`: it is not on PATH"))
     }
+}
+
+/// A server's stdout that ends — reads as closed — once a line grows past
+/// [`MAX_LINE`]: the connection ends with it (a call waiting on it ends as lost),
+/// where the codec alone would drop the line and wait on.
+#[derive(Debug)]
+struct LineCap<R> {
+    inner: R,
+    line: usize,
+    over: bool,
+}
+
+impl<R> LineCap<R> {
+    fn new(inner: R) -> Self {
+        LineCap {
+            inner,
+            line: 0,
+            over: false,
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.over {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let mut line = self.line;
+            let mut over = false;
+            for (i, b) in buf.filled()[before..].iter().enumerate() {
+                if *b == b'\n' {
+                    line = 0;
+                } else {
+                    line += 1;
+                    if line > MAX_LINE {
+                        // Nothing of the line past the limit is handed on.
+                        buf.set_filled(before + i);
+                        over = true;
+                        break;
+                    }
+                }
+            }
+            self.line = line;
+            if over {
+                tracing::warn!(
+                    "an MCP server wrote a line longer than {MAX_LINE} bytes: the connection ends"
+                );
+                self.over = true;
+            }
+        }
+        polled
+    }
+}
+
+/// `text` without the Rust type names an HTTP transport's errors carry.
+fn without_types(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("Gated<") {
+        out.push_str(&rest[..start]);
+        let mut depth = 0;
+        let mut end = rest.len();
+        for (i, c) in rest[start..].char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = start + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = rest[end..].trim_start_matches(':').trim_start();
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The last few lines of `text`, on one line.

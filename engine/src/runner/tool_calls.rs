@@ -132,7 +132,14 @@ impl Execution {
             ctx.approved = assessment.guarded;
         }
         self.may_dispatch()?;
-        let prepared = match tool.prepare(&ctx, &call.input).await {
+        // Readying may start a process (an MCP server, within its startup limit):
+        // it races cancellation and loss, and dropping it stops what it started.
+        let prepared = tokio::select! {
+            _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+            _ = self.lost.cancelled() => return Err(Stop::Lost),
+            prepared = tool.prepare(&ctx, &call.input) => prepared,
+        };
+        let prepared = match prepared {
             Ok(prepared) => prepared,
             Err(error) => return Ok(Err(error)),
         };

@@ -55,7 +55,9 @@ pub(crate) const WRAPPER_NAME: &str = "steward-tool";
 /// one instead), and the server keeps the wrapper's stdin — a background command's
 /// stdin would otherwise be `/dev/null` — so the requests reach it. Like
 /// [`WRAPPER`], it kills its group when its parent dies and outlives a SIGTERM to
-/// the group until the server has ended.
+/// the group until the server has ended. When the server ends, so does everything
+/// it left in its group: the wrapper says how the server ended, then kills the
+/// group and itself — nothing stays behind without a wrapper to stop it.
 pub(crate) const SERVER_WRAPPER: &str = r#"trap 'kill -KILL 0' HUP
 trap ':' TERM
 exec 3<&0 0</dev/null
@@ -65,8 +67,10 @@ exec 3<&-
 while :; do
   wait "$child"
   status=$?
-  kill -0 "$child" 2>/dev/null || exit "$status"
-done"#;
+  kill -0 "$child" 2>/dev/null || break
+done
+echo "steward: the server exited with status $status" >&2
+kill -KILL 0"#;
 
 /// [`SERVER_WRAPPER`]'s `$0`.
 pub(crate) const SERVER_WRAPPER_NAME: &str = "steward-mcp-server";

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::run::{work_dir, write_script};
-use crate::support::{Env, signal, stderr, stdout, steward_bin};
+use crate::support::{Env, code, signal, stderr, stdout, steward_bin};
 
 fn acp_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/acp")
@@ -703,4 +703,141 @@ fn campaign_sigkill_of_acp_mid_turn_is_recovered_and_replayed() {
         scenario.check(&mut tally, &[("run it", true)]);
     }
     tally.finish("acp");
+}
+
+/// A turn that reads `notes.txt` and changes its `old line`.
+const EDIT: &str = r#"
+[[step]]
+text = ["Reading."]
+tool_calls = [{ tool = "read_file", input = { path = "notes.txt" } }]
+[[step]]
+text = ["Editing."]
+tool_calls = [{ tool = "edit_file", input = { path = "notes.txt", old_string = "old line", new_string = "new line" } }]
+[[step]]
+text = ["Done."]
+"#;
+
+#[test]
+fn r4_19_acp_an_edit_carries_its_diff_and_locations() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let file = Path::new(&work).join("notes.txt");
+    std::fs::write(&file, "first\nold line\nlast\n").unwrap();
+    let script = write_script(&env, "edit.toml", EDIT);
+    conform(
+        &env,
+        &argv(&env, &script, None),
+        "edit",
+        &["--cwd", &work, "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "first\nnew line\nlast\n",
+        "without fs, the edit goes to the disk"
+    );
+}
+
+#[test]
+fn r4_19_acp_with_fs_offered_files_go_through_the_clients_buffers() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let file = Path::new(&work).join("notes.txt");
+    std::fs::write(&file, "on disk\nold line\n").unwrap();
+    let script = write_script(&env, "edit.toml", EDIT);
+    conform(
+        &env,
+        &argv(&env, &script, None),
+        "fs",
+        &[
+            "--cwd",
+            &work,
+            "--file",
+            file.to_str().unwrap(),
+            "--buffer",
+            "unsaved in the editor\nold line\n",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "on disk\nold line\n",
+        "the write went to the client, not the disk"
+    );
+}
+
+#[test]
+fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let file = Path::new(&work).join("notes.txt");
+    std::fs::write(&file, "on disk\nold line\n").unwrap();
+    let script = write_script(&env, "edit.toml", EDIT);
+    let argv = argv(&env, &script, None);
+    ensure_sdk();
+    let mut child = client(
+        &env,
+        &argv,
+        "fs-crash-start",
+        &[
+            "--cwd",
+            &work,
+            "--file",
+            file.to_str().unwrap(),
+            "--buffer",
+            "in the editor\nold line\n",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = loop {
+        let line = lines.next().expect("fs-crash-start ended early").unwrap();
+        let value: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        assert_ne!(value["ok"], false, "fs-crash-start: {line}");
+        if value["ready"] == true {
+            break value;
+        }
+    };
+    let pid = ready["pid"].as_u64().unwrap() as u32;
+    let session = ready["session_id"].as_str().unwrap().to_string();
+    signal(pid, "KILL");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        crate::support::eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.split_whitespace().nth(2) == Some("Z"))
+                .unwrap_or(true)
+        }),
+        "the agent did not die"
+    );
+    // The relaunch reconciles the write as unknown and never sends it again: not to
+    // a client (there is none), not to the disk.
+    let recovered = env
+        .cmd()
+        .args(["--script", &script, "recover"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&recovered), 0, "{}", stderr(&recovered));
+    let shown: Value =
+        serde_json::from_str(&stdout(&env.run(&["show", &session, "--json"]))).unwrap();
+    let edit = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["data"]["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["tool"] == "edit_file")
+        .unwrap();
+    assert_eq!(
+        edit["state"]["error"],
+        "Tool execution outcome unknown after server restart",
+        "{edit}\nrecover: {}{}",
+        stdout(&recovered),
+        stderr(&recovered)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "on disk\nold line\n"
+    );
 }

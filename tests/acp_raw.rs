@@ -244,3 +244,44 @@ fn acp_requests_past_the_bound_in_flight_are_answered_at_once_not_queued() {
     assert_eq!(refused, 6, "64 in flight, the rest refused");
     assert!(client.close().success());
 }
+
+#[test]
+fn r4_19_acp_a_commands_output_streams_while_it_runs() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "ticks.toml",
+        "[[step]]\ntext = [\"Counting.\"]\ntool_calls = [{ tool = \"run_command\", input = { command = \"for i in 1 2 3; do echo tick $i; sleep 0.5; done\" } }]\n[[step]]\ntext = [\"Counted.\"]\n",
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[tools]\nallow = [\"run_command\"]\n").unwrap();
+    let mut client = Driver::spawn(&env, &argv(&env, &script, Some(&config)));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 70, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "count"}]}}),
+    );
+    let streamed = |m: &Value| {
+        let update = &m["params"]["update"];
+        update["sessionUpdate"] == "tool_call_update"
+            && update["status"] == "in_progress"
+            && update["content"].to_string().contains("tick 1")
+    };
+    assert!(
+        client.wait_for(Duration::from_secs(20), streamed),
+        "{:#?}",
+        client.seen
+    );
+    // Seen while the command still ran: before its completion.
+    let live = position(&client.seen, streamed).unwrap();
+    assert!(client.wait_for(Duration::from_secs(20), |m| m["id"] == 70));
+    let completed = position(&client.seen, |m| {
+        m["params"]["update"]["status"] == "completed"
+    })
+    .unwrap();
+    assert!(live < completed);
+    assert!(client.close().success());
+}

@@ -386,3 +386,35 @@ fn inspect_on_a_terminal_refuses_a_file_that_is_not_a_database_with_exit_3() {
     assert_eq!(status.code(), Some(3), "{}", tui.text());
     assert_eq!(files(&env), before);
 }
+
+#[test]
+fn r4_19_a_commands_output_shows_while_it_runs() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "ticks.toml",
+        "[[step]]\ntext = [\"Counting.\"]\ntool_calls = [{ tool = \"run_command\", input = { command = \"printf 'tick %s\\\\n' one; sleep 3; printf 'tick %s\\\\n' two\" } }]\n[[step]]\ntext = [\"Counted.\"]\n",
+    );
+    let config = write_script(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
+    let mut tui = Tui::start(
+        &env,
+        Path::new(&work),
+        &["--config", &config, "--script", &script],
+    );
+    tui.expect("Write to the agent", Duration::from_secs(10));
+    tui.keys("count\r");
+    tui.expect("tick one", Duration::from_secs(10));
+    let text = tui.text();
+    assert!(
+        !text.contains("tick two"),
+        "the output showed only once the command ended:\n{text}"
+    );
+    tui.expect("Counted.", Duration::from_secs(15));
+    tui.keys("\t");
+    tui.keys("q");
+    assert!(
+        tui.wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}

@@ -92,6 +92,7 @@ async fn serve(
         database: ctx.paths.database.clone(),
         owners: ctx.paths.owners.clone(),
         reader: Arc::default(),
+        fs: Default::default(),
     });
     let (incoming, mut messages) = mpsc::channel(transport::INCOMING);
     let reader = tokio::spawn(transport::read_messages(

@@ -310,7 +310,12 @@ pub struct ToolsConfig {
 impl Default for ToolsConfig {
     fn default() -> Self {
         ToolsConfig {
-            allow: vec!["read_file".into(), "list_dir".into()],
+            allow: vec![
+                "read_file".into(),
+                "list_dir".into(),
+                "grep".into(),
+                "glob".into(),
+            ],
             command_timeout_ms: 120_000,
             output_limit_bytes: 64 * 1024,
             kill_grace_ms: 2_000,

@@ -185,6 +185,7 @@ impl Engine {
             mcp,
             permission: options.permission,
             always: Arc::default(),
+            client_files: Arc::default(),
             events,
             stats: Arc::new(Mutex::new(RunnerStats::default())),
         };
@@ -237,6 +238,16 @@ impl Engine {
         servers: std::collections::BTreeMap<String, crate::config::McpServerConfig>,
     ) {
         self.services.mcp.give(session_id, servers).await;
+    }
+
+    /// Lets `session_id`'s file tools read and write through `files` (an ACP
+    /// client's editor buffers, protocol §4.19).
+    pub fn set_client_files(&self, session_id: &str, files: Arc<dyn crate::tools::ClientFiles>) {
+        self.services
+            .client_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session_id.to_string(), files);
     }
 
     /// The MCP servers running in this process.
@@ -341,6 +352,15 @@ impl Engine {
         self.services
             .db
             .read(move |conn| Ok(crate::store::rows::session(conn, &id)?.is_some()))
+            .await
+    }
+
+    /// The directory `session_id` works in (`None` when there is no such session).
+    pub async fn session_directory(&self, session_id: &str) -> Result<Option<String>> {
+        let id = session_id.to_string();
+        self.services
+            .db
+            .read(move |conn| Ok(crate::store::rows::session(conn, &id)?.map(|s| s.directory)))
             .await
     }
 

@@ -50,6 +50,9 @@ pub struct Services {
     pub permission: Arc<dyn Permission>,
     /// "Always allow" answers ([`crate::tools::AlwaysAllowed`]).
     pub always: Arc<crate::tools::AlwaysAllowed>,
+    /// The editor buffers of sessions whose client offers them (ACP `fs`).
+    pub client_files:
+        Arc<Mutex<std::collections::HashMap<String, Arc<dyn crate::tools::ClientFiles>>>>,
     pub events: broadcast::Sender<EngineEvent>,
     pub stats: Arc<Mutex<RunnerStats>>,
 }
@@ -69,6 +72,13 @@ pub enum EngineEvent {
     },
     /// The session started running here (its first execution is about to acquire).
     Running { session_id: String },
+    /// A command's output as it comes (live only: the completed call keeps what
+    /// is kept).
+    ToolOutput {
+        session_id: String,
+        call_id: String,
+        text: String,
+    },
     /// A provider step failed before any output and is tried again at `at_ms`
     /// (attempt `attempt` of `of`), after `error` (protocol §4.18).
     Retrying {

@@ -9,11 +9,15 @@
 //! runner races every run against cancellation, claim loss and [`Tool::timeout`].
 
 pub mod command;
+pub mod diff;
+pub mod edit;
 pub mod fs;
 #[doc(hidden)]
 pub mod process;
 pub mod reach;
+pub mod search;
 
+pub use diff::FileDiff;
 pub use reach::{Guard, Guarded};
 
 use std::collections::BTreeMap;
@@ -43,6 +47,23 @@ pub struct ToolContext {
     /// The guarded path the user allowed this call to touch, exactly as it was
     /// resolved when they were asked ([`reach::located_for_run`]).
     pub approved: Option<Guarded>,
+    /// The editor's buffers, when the session's client offers them (ACP `fs`):
+    /// file tools read and write through them (protocol §4.19).
+    pub client: Option<Arc<dyn ClientFiles>>,
+}
+
+/// Files read and written through a client's editor (ACP `fs/read_text_file`,
+/// `fs/write_text_file`): unsaved changes are seen, and edits land in its undo
+/// history.
+pub trait ClientFiles: Send + Sync + fmt::Debug {
+    /// Whether the client reads files for Steward.
+    fn reads(&self) -> bool;
+    /// Whether the client writes files for Steward.
+    fn writes(&self) -> bool;
+    /// The text of `path` as the client has it (its buffer, if open).
+    fn read(&self, path: &Path) -> BoxFuture<Result<String, String>>;
+    /// Writes `content` to `path` through the client.
+    fn write(&self, path: &Path, content: String) -> BoxFuture<Result<(), String>>;
 }
 
 impl ToolContext {
@@ -69,6 +90,8 @@ impl ToolContext {
 pub struct Assessment {
     /// The guarded path the call would touch, resolved, if any.
     pub guarded: Option<Guarded>,
+    /// What the call would change in a file, for the question (an edit's preview).
+    pub diff: Option<FileDiff>,
 }
 
 /// How a call ended.
@@ -83,12 +106,26 @@ pub enum ToolOutput {
     Stopped,
 }
 
+/// What hears a command's output as it comes.
+pub type Heard = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// What stops a running call: `cancel` asks politely (SIGTERM, a grace period, then
-/// SIGKILL); `abort` kills at once (the owner lost its claim).
-#[derive(Debug, Clone, Default)]
+/// SIGKILL); `abort` kills at once (the owner lost its claim). `output` hears a
+/// command's output as it comes (live, not durable).
+#[derive(Clone, Default)]
 pub struct StopSignals {
     pub cancel: CancellationToken,
     pub abort: CancellationToken,
+    pub output: Option<Heard>,
+}
+
+impl fmt::Debug for StopSignals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StopSignals")
+            .field("cancel", &self.cancel)
+            .field("abort", &self.abort)
+            .finish()
+    }
 }
 
 /// A call ready to run.
@@ -144,6 +181,12 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn assess(&self, _ctx: &ToolContext, _input: &Value) -> Result<Assessment, String> {
         Ok(Assessment::default())
     }
+    /// What the call would change in a file as the session's client has it (its
+    /// editor buffer), when the call goes through the client: the question shows
+    /// that rather than the disk's ([`Assessment::diff`]). `None` otherwise.
+    fn preview(&self, _ctx: &ToolContext, _input: &Value) -> BoxFuture<Option<FileDiff>> {
+        Box::pin(async { None })
+    }
     /// Validates `input` and readies the call; a process tool starts its process
     /// held at a gate. Errors are the tool's failure message.
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>>;
@@ -160,12 +203,16 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// `read_file`, `list_dir`, `write_file`, `run_command`.
+    /// `read_file`, `list_dir`, `write_file`, `edit_file`, `grep`, `glob`,
+    /// `run_command`.
     pub fn standard() -> ToolRegistry {
         let mut registry = ToolRegistry::default();
         registry.add(Arc::new(fs::ReadFile));
         registry.add(Arc::new(fs::ListDir));
         registry.add(Arc::new(fs::WriteFile));
+        registry.add(Arc::new(edit::EditFile));
+        registry.add(Arc::new(search::Grep));
+        registry.add(Arc::new(search::Glob));
         registry.add(Arc::new(command::RunCommand));
         registry
     }
@@ -197,6 +244,8 @@ pub struct PermissionRequest {
     /// The guarded path the call would touch, resolved: asked about every time, so
     /// no "always" is offered for it.
     pub guarded: Option<Guarded>,
+    /// What the call would change in a file, shown with the question.
+    pub diff: Option<Box<FileDiff>>,
 }
 
 /// The answer to a permission request.

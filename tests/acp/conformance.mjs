@@ -11,7 +11,8 @@
 //   <argv JSON>  the full command line of the agent as a JSON array, e.g.
 //                '["/path/steward","--data-dir","/tmp/d","--script","s.toml","acp"]'
 //                (the Rust test controls it; the environment is inherited).
-//   <scenario>   turn | cancel | list | permission | crash-start | crash-load
+//   <scenario>   turn | cancel | list | permission | crash-start | crash-load |
+//                edit | fs | fs-crash-start
 //
 // Options:
 //   --cwd DIR            session directory (session/new, session/load); default: process cwd
@@ -28,6 +29,8 @@
 //   --expect-tool YES    crash-load: "yes" (a tool failed by recovery, the default)
 //                        or "no" (the crash came before any tool call)
 //   --timeout-ms N       fail the scenario after N ms (default 60000)
+//   --file PATH          edit / fs: the file the script edits (absolute)
+//   --buffer TEXT        fs: what the client's editor holds for --file
 //
 // Output: one JSON line per check on stdout,
 //   {"scenario":"turn","check":"prompt.stop_reason_end_turn","ok":true}
@@ -106,6 +109,8 @@ class Report {
 /** Schema of each request or notification the agent may send us. */
 const AGENT_REQUEST_SCHEMAS = {
   [acp.methods.client.session.requestPermission]: schemas.zRequestPermissionRequest,
+  "fs/read_text_file": schemas.zReadTextFileRequest,
+  "fs/write_text_file": schemas.zWriteTextFileRequest,
 };
 const AGENT_NOTIFICATION_SCHEMAS = {
   [acp.methods.client.session.update]: schemas.zSessionNotification,
@@ -171,6 +176,7 @@ class Wire {
     this.responses = []; // { seq, method, error? }
     this.updates = []; // { seq, sessionId, update }
     this.permissionRequests = []; // { seq, params }
+    this.fsRequests = []; // { seq, method, params }
     this.waiters = [];
     this.closed = false;
   }
@@ -193,7 +199,8 @@ class Wire {
         this.validate(schema, message.params, message.method);
         // Kept even when invalid, so the scenario's checks see what was sent.
         const params = isObject(message.params) ? message.params : {};
-        if (isRequest) this.permissionRequests.push({ seq, params });
+        if (isRequest && message.method.startsWith("fs/")) this.fsRequests.push({ seq, method: message.method, params });
+        else if (isRequest) this.permissionRequests.push({ seq, params });
         else if (isObject(params.update)) this.updates.push({ seq, sessionId: params.sessionId, update: params.update });
       }
     } else {
@@ -349,8 +356,8 @@ function startAgent(argv, report) {
  * `counts.updates` counts session/update notifications the SDK accepted and
  * delivered (a rejected one is logged by the SDK and never reaches the handler).
  */
-function clientApp(report, permission, counts) {
-  return acp
+function clientApp(report, permission, counts, files) {
+  let app = acp
     .client({ name: "steward-acp-conformance" })
     .onNotification(acp.methods.client.session.update, () => {
       counts.updates++;
@@ -358,7 +365,13 @@ function clientApp(report, permission, counts) {
     .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
       counts.permissions++;
       return permission(params);
-    })
+    });
+  if (files) {
+    app = app
+      .onRequest("fs/read_text_file", ({ params }) => files.read(params))
+      .onRequest("fs/write_text_file", ({ params }) => files.write(params));
+  }
+  return app
     .onRequest("*", ({ method }) => {
       report.fail("agent.unexpected_request", method);
       throw acp.RequestError.methodNotFound(method);
@@ -391,10 +404,10 @@ function allowOnce(report) {
  * Runs `body({ ctx, wire, agent })` against a fresh agent, then closes its stdin
  * and checks it exits cleanly. Returns what `body` returned.
  */
-async function withAgent(opts, report, body, permission = allowOnce(report)) {
+async function withAgent(opts, report, body, permission = allowOnce(report), files = undefined) {
   const agent = startAgent(opts.argv, report);
   const counts = { updates: 0, permissions: 0 };
-  const app = clientApp(report, permission, counts);
+  const app = clientApp(report, permission, counts, files);
   let result;
   try {
     result = await app.connectWith(agent.stream, async (ctx) => {
@@ -438,10 +451,10 @@ async function expectCleanExit(agent, report) {
 // ---------------------------------------------------------------------------
 // Protocol steps shared by the scenarios
 
-async function initialize(ctx, report) {
+async function initialize(ctx, report, fs = false) {
   const response = await ctx.request(acp.methods.agent.initialize, {
     protocolVersion: acp.PROTOCOL_VERSION,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    clientCapabilities: { fs: { readTextFile: fs, writeTextFile: fs }, terminal: false },
     clientInfo: { name: "steward-acp-conformance", version: "0.0.0" },
   });
   const caps = response.agentCapabilities ?? {};
@@ -807,7 +820,125 @@ async function scenarioCrashLoad(opts, report) {
   });
 }
 
+/**
+ * An edit through the disk (no `fs` offered): the tool call names the file it
+ * touches (locations), and its completion carries the diff.
+ */
+async function scenarioEdit(opts, report) {
+  await withAgent(opts, report, async ({ ctx, wire }) => {
+    await initialize(ctx, report);
+    const sessionId = await newSession(ctx, report, opts.cwd);
+    const response = await prompt(ctx, sessionId, opts.prompt ?? "edit the notes");
+    report.check("edit.stop_reason_end_turn", response.stopReason === "end_turn", response);
+    const calls = [...toolCalls(wire.sessionUpdates(sessionId)).values()];
+    const edit = calls.find((c) => c.state.kind === "edit");
+    report.check("edit.tool_call_is_an_edit", edit !== undefined, calls.map((c) => c.state));
+    if (!edit) return;
+    const locations = edit.state.locations ?? [];
+    report.check("edit.locations_name_the_file", locations.some((l) => samePath(l.path, opts.file)), locations);
+    report.check("edit.location_has_a_line", locations.some((l) => Number.isInteger(l.line)), locations);
+    const diff = (edit.state.content ?? []).find((c) => c.type === "diff");
+    report.check("edit.diff_content", diff !== undefined, edit.state.content);
+    if (!diff) return;
+    report.check("edit.diff_path_absolute", diff.path.startsWith("/") && samePath(diff.path, opts.file), diff.path);
+    report.check("edit.diff_old_and_new", diff.oldText?.includes("old line") && diff.newText.includes("new line"), diff);
+    report.check("edit.completed", edit.state.status === "completed", edit.statuses);
+  });
+}
+
+/**
+ * With `fs` offered, the agent reads the client's buffer (not the disk) and writes
+ * through the client (the disk untouched by Steward).
+ */
+async function scenarioFs(opts, report) {
+  const reads = [];
+  const writes = [];
+  const files = {
+    read: (params) => {
+      reads.push(params);
+      return { content: opts.buffer };
+    },
+    write: (params) => {
+      writes.push(params);
+      return {};
+    },
+  };
+  const asked = [];
+  const permission = (params) => {
+    asked.push(params);
+    return allowOnce(report)(params);
+  };
+  await withAgent(
+    opts,
+    report,
+    async ({ ctx, wire }) => {
+      await initialize(ctx, report, true);
+      const sessionId = await newSession(ctx, report, opts.cwd);
+      const response = await prompt(ctx, sessionId, opts.prompt ?? "read and edit the notes");
+      const shown = asked.flatMap((p) => p.toolCall.content ?? []).find((c) => c.type === "diff");
+      report.check(
+        "fs.question_shows_the_buffers_diff",
+        shown?.oldText?.includes(opts.buffer.split("\n")[0]),
+        shown,
+      );
+      report.check("fs.stop_reason_end_turn", response.stopReason === "end_turn", response);
+      report.check("fs.read_through_client", reads.some((r) => samePath(r.path, opts.file) && r.sessionId === sessionId), reads);
+      const calls = [...toolCalls(wire.sessionUpdates(sessionId)).values()];
+      const read = calls.find((c) => c.state.kind === "read");
+      report.check("fs.read_returns_the_buffer", read && toolContentText(read.state).includes(opts.buffer.trim()), read?.state);
+      report.check("fs.write_through_client", writes.length === 1 && samePath(writes[0].path, opts.file), writes);
+      report.check(
+        "fs.write_is_the_buffer_edited",
+        writes[0]?.content === opts.buffer.replace("old line", "new line"),
+        writes[0]?.content,
+      );
+      const edit = calls.find((c) => c.state.kind === "edit");
+      const diff = (edit?.state.content ?? []).find((c) => c.type === "diff");
+      report.check("fs.diff_of_the_buffer", diff?.oldText?.includes("old line") && diff?.newText.includes("new line"), diff);
+    },
+    permission,
+    files,
+  );
+}
+
+/**
+ * With `fs` offered, the write request is never answered: once it arrived, prints
+ * the ready line and waits to be killed (with the agent) by the Rust test.
+ */
+async function scenarioFsCrashStart(opts, report) {
+  const agent = startAgent(opts.argv, report);
+  const counts = { updates: 0, permissions: 0 };
+  let ready = false;
+  let session;
+  const files = {
+    read: () => ({ content: opts.buffer }),
+    write: () => {
+      if (!ready) {
+        ready = true;
+        emit({ ready: true, pid: agent.child.pid, session_id: session });
+      }
+      return new Promise(() => {}); // never answered
+    },
+  };
+  agent.exited.then((exit) => {
+    if (!ready) {
+      report.fail("fs_crash_start.agent_exited_early", exit);
+      process.exit(report.finish() ? 0 : 1);
+    }
+  });
+  const app = clientApp(report, allowOnce(report), counts, files);
+  app.connectWith(agent.stream, async (ctx) => {
+    await initialize(ctx, report, true);
+    session = await newSession(ctx, report, opts.cwd);
+    await prompt(ctx, session, opts.prompt ?? "edit the notes").catch(() => {});
+  }).catch(() => {});
+  await new Promise(() => {}); // killed by the test
+}
+
 const SCENARIOS = {
+  edit: scenarioEdit,
+  fs: scenarioFs,
+  "fs-crash-start": scenarioFsCrashStart,
   turn: scenarioTurn,
   cancel: scenarioCancel,
   list: scenarioList,
@@ -870,6 +1001,8 @@ function parseArgs(argv) {
     "--expect-tool": "expectTool",
     "--expect-continuation": "expectContinuation",
     "--timeout-ms": "timeoutMs",
+    "--file": "file",
+    "--buffer": "buffer",
   };
   for (let i = 0; i < rest.length; i += 2) {
     const name = names[rest[i]];

@@ -290,6 +290,9 @@ pub struct Transcript {
     pub rendered: Cell<Rendered>,
 }
 
+/// How much of a running command's output the screen keeps.
+pub const LIVE_BYTES: usize = 16 * 1024;
+
 /// A provider step that failed before any output and is tried again at `at_ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retry {
@@ -428,6 +431,8 @@ pub struct App {
     pub failures: BTreeMap<String, Failure>,
     /// Sessions whose provider step waits to be tried again, and until when.
     pub retrying: BTreeMap<String, Retry>,
+    /// Running commands' output so far, by call id (its last [`LIVE_BYTES`]).
+    pub live: crate::view::transcript::Live,
     /// This owner's claims as (session, expires_at): the header's lease health.
     pub own_claims: Vec<(String, i64)>,
     /// Wall-clock ms, moved by ticks, loads and every message the loop handles.
@@ -487,6 +492,7 @@ impl App {
             running: BTreeSet::new(),
             failures: BTreeMap::new(),
             retrying: BTreeMap::new(),
+            live: Default::default(),
             own_claims: Vec::new(),
             now_ms,
             status: None,

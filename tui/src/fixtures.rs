@@ -93,6 +93,34 @@ pub fn recovered_transcript() -> Vec<MessageRow> {
     ]
 }
 
+/// A step that edited a file: the diff it made, kept with the call.
+pub fn edit_transcript() -> Vec<MessageRow> {
+    let old: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    let new = old
+        .replace("line 10\n", "line ten\n")
+        .replace("line 12\n", "line twelve\nline twelve and a half\n");
+    let diff =
+        steward_engine::tools::FileDiff::between("/home/me/steward/notes.txt", Some(&old), &new);
+    vec![message(
+        MessageKind::Assistant,
+        "msg_e1",
+        2,
+        json!({
+            "execution_id": "exe_e", "provider": "openai", "model": "qwen2.5-coder",
+            "time": {"created": NOW - 10_000, "completed": NOW - 9_000},
+            "finish": "stop",
+            "parts": [
+                {"id": "prt_e", "type": "tool", "call_id": "call_e", "tool": "edit_file",
+                 "state": {"status": "completed",
+                           "input": {"path": "notes.txt", "old_string": "line 10", "new_string": "line ten"},
+                           "output": "edited /home/me/steward/notes.txt: 1 replacement (from line 7)",
+                           "structured": {"replacements": 1, "diff": diff},
+                           "time": {"start": NOW - 9_800, "end": NOW - 9_700}}}
+            ]
+        }),
+    )]
+}
+
 /// A step whose MCP tool ran, with a server that did not start.
 pub fn mcp_transcript() -> Vec<MessageRow> {
     vec![message(
@@ -370,6 +398,25 @@ pub fn permission() -> PermissionRequest {
         tool: "write_file".into(),
         input: json!({"path": "notes.txt", "content": "remember the milk"}),
         guarded: None,
+        diff: None,
+    }
+}
+
+/// An edit's question, with the diff it would make.
+pub fn edit_permission() -> PermissionRequest {
+    let old = "fn main() {\n    let total = 1 + 1;\n    println!(\"{total}\");\n}\n";
+    let new = old.replace("1 + 1", "add(1, 1)");
+    PermissionRequest {
+        session_id: SESSION.into(),
+        call_id: "call_10".into(),
+        tool: "edit_file".into(),
+        input: json!({"path": "src/main.rs", "old_string": "1 + 1", "new_string": "add(1, 1)"}),
+        guarded: None,
+        diff: Some(Box::new(steward_engine::tools::FileDiff::between(
+            "/home/me/steward/src/main.rs",
+            Some(old),
+            &new,
+        ))),
     }
 }
 

@@ -244,7 +244,25 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             );
             Vec::new()
         }
+        EngineEvent::ToolOutput { call_id, text, .. } => {
+            let kept = app.live.entry(call_id).or_default();
+            kept.push_str(&text);
+            if kept.len() > crate::app::LIVE_BYTES {
+                let mut cut = kept.len() - crate::app::LIVE_BYTES;
+                while !kept.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                kept.drain(..cut);
+            }
+            Vec::new()
+        }
         EngineEvent::Committed(record) => {
+            // A call that ended shows what it kept, not what streamed.
+            if let steward_engine::events::Event::ToolCompleted { call_id, .. }
+            | steward_engine::events::Event::ToolFailed { call_id, .. } = &record.event
+            {
+                app.live.remove(call_id);
+            }
             // The step answered (or ended): no retry waits any more.
             if matches!(
                 record.event,

@@ -391,8 +391,14 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     let tr = &app.transcript;
-    let (mut lines, starts) =
-        transcript::lines_with_starts(t, &tr.messages, &tr.pending, tr.expanded, inner.width);
+    let (mut lines, starts) = transcript::lines_with_starts(
+        t,
+        &tr.messages,
+        &tr.pending,
+        tr.expanded,
+        inner.width,
+        &app.live,
+    );
     if let Some(failure) = app.current_failure() {
         lines.extend(transcript::failure_lines(t, &failure.text, inner.width));
     }

@@ -47,6 +47,110 @@ pub struct Agent {
     pub owners: PathBuf,
     /// The read-only view `session/list` pages through, opened at its first use.
     pub reader: Arc<std::sync::Mutex<Option<steward_engine::inspect::Reader>>>,
+    /// What the client said it does with files (`clientCapabilities.fs`): read and
+    /// write text files for Steward.
+    pub fs: std::sync::Mutex<(bool, bool)>,
+}
+
+/// File tools through the client's editor (`fs/read_text_file`,
+/// `fs/write_text_file`), for one session.
+#[derive(Debug)]
+struct ClientFs {
+    outbox: Outbox,
+    session: String,
+    reads: bool,
+    writes: bool,
+}
+
+impl steward_engine::tools::ClientFiles for ClientFs {
+    fn reads(&self) -> bool {
+        self.reads
+    }
+
+    fn writes(&self) -> bool {
+        self.writes
+    }
+
+    fn read(&self, path: &Path) -> BoxFuture<Result<String, String>> {
+        let (outbox, session, path) = (
+            self.outbox.clone(),
+            self.session.clone(),
+            path.to_path_buf(),
+        );
+        Box::pin(async move {
+            let params = json!({"sessionId": session, "path": path});
+            match outbox.request("fs/read_text_file", params).await {
+                Some(Ok(answer)) => {
+                    answer["content"]
+                        .as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| {
+                            format!(
+                                "the client's answer to reading {} has no content",
+                                path.display()
+                            )
+                        })
+                }
+                Some(Err(error)) => Err(format!(
+                    "the client could not read {}: {}",
+                    path.display(),
+                    error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("an error")
+                )),
+                None => Err(format!(
+                    "the client went away while reading {}",
+                    path.display()
+                )),
+            }
+        })
+    }
+
+    fn write(&self, path: &Path, content: String) -> BoxFuture<Result<(), String>> {
+        let (outbox, session, path) = (
+            self.outbox.clone(),
+            self.session.clone(),
+            path.to_path_buf(),
+        );
+        Box::pin(async move {
+            let params = json!({"sessionId": session, "path": path, "content": content});
+            match outbox.request("fs/write_text_file", params).await {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(error)) => Err(format!(
+                    "the client could not write {}: {}",
+                    path.display(),
+                    error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("an error")
+                )),
+                None => Err(format!(
+                    "the client went away while writing {}: whether it was written is unknown",
+                    path.display()
+                )),
+            }
+        })
+    }
+}
+
+impl Agent {
+    /// Lets `session`'s file tools go through the client's editor, when it offers
+    /// to read or write files.
+    fn offer_files(&self, session: &str) {
+        let (reads, writes) = *self.fs.lock().unwrap_or_else(|e| e.into_inner());
+        if reads || writes {
+            self.engine.set_client_files(
+                session,
+                Arc::new(ClientFs {
+                    outbox: self.outbox.clone(),
+                    session: session.to_string(),
+                    reads,
+                    writes,
+                }),
+            );
+        }
+    }
 }
 
 /// What follows an answer.
@@ -176,7 +280,10 @@ impl Agent {
         }
     }
 
-    fn initialize(&self, _request: Box<InitializeRequest>) -> Result<Value, Failure> {
+    fn initialize(&self, request: Box<InitializeRequest>) -> Result<Value, Failure> {
+        let fs = &request.client_capabilities.fs;
+        *self.fs.lock().unwrap_or_else(|e| e.into_inner()) =
+            (fs.read_text_file, fs.write_text_file);
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .mcp_capabilities(agent_client_protocol_schema::v1::McpCapabilities::new().http(true))

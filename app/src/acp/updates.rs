@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    ContentBlock, ContentChunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallLocation,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use serde_json::Value;
 use steward_engine::events::Event;
@@ -23,8 +23,8 @@ use steward_engine::projection::MessageRow;
 pub fn kind(tool: &str) -> ToolKind {
     match tool {
         "read_file" => ToolKind::Read,
-        "list_dir" => ToolKind::Search,
-        "write_file" => ToolKind::Edit,
+        "list_dir" | "grep" | "glob" => ToolKind::Search,
+        "write_file" | "edit_file" => ToolKind::Edit,
         "run_command" => ToolKind::Execute,
         _ => ToolKind::Other,
     }
@@ -74,12 +74,47 @@ pub fn user_text(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::UserMessageChunk(text_chunk(text.into()))
 }
 
-pub fn tool_called(call_id: &str, tool: &str, input: &Value) -> SessionUpdate {
+pub fn tool_called(
+    call_id: &str,
+    tool: &str,
+    input: &Value,
+    directory: Option<&std::path::Path>,
+) -> SessionUpdate {
     SessionUpdate::ToolCall(
         ToolCall::new(call_id.to_string(), title(tool, input))
             .kind(kind(tool))
             .status(ToolCallStatus::Pending)
-            .raw_input(input.clone()),
+            .raw_input(input.clone())
+            .locations(locations(input, directory)),
+    )
+}
+
+/// Where a file tool's call reaches (its `path`, made absolute against the
+/// session's directory), so that the editor can follow.
+pub fn locations(input: &Value, directory: Option<&std::path::Path>) -> Vec<ToolCallLocation> {
+    let Some(path) = input.get("path").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let path = std::path::Path::new(path);
+    let absolute = match (path.is_absolute(), directory) {
+        (true, _) => path.to_path_buf(),
+        (false, Some(dir)) => dir.join(path),
+        (false, None) => return Vec::new(),
+    };
+    vec![ToolCallLocation::new(absolute)]
+}
+
+/// A completed edit's diff (`structured.diff`), as the client shows one: its
+/// content, and its location with the line where it starts.
+pub fn diff_of(structured: Option<&Value>) -> Option<steward_engine::tools::FileDiff> {
+    serde_json::from_value(structured?.get("diff")?.clone()).ok()
+}
+
+/// A diff as tool call content.
+pub fn diff_content(diff: &steward_engine::tools::FileDiff) -> ToolCallContent {
+    ToolCallContent::Diff(
+        agent_client_protocol_schema::v1::Diff::new(diff.path.clone(), diff.new_text.clone())
+            .old_text(diff.old_text.clone()),
     )
 }
 
@@ -91,8 +126,35 @@ pub fn tool_update(call_id: &str, to: ToolCallStatus, text: Option<&str>) -> Ses
     SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id.to_string(), fields))
 }
 
+/// A completed call's update: its output, and for an edit the diff it made, where
+/// it starts.
+pub fn tool_completed(call_id: &str, output: &str, structured: Option<&Value>) -> SessionUpdate {
+    let mut fields = ToolCallUpdateFields::new().status(ToolCallStatus::Completed);
+    let mut content = vec![ToolCallContent::from(output.to_string())];
+    if let Some(diff) = diff_of(structured) {
+        content.push(diff_content(&diff));
+        fields = fields.locations(vec![
+            ToolCallLocation::new(diff.path.clone()).line(diff.line),
+        ]);
+    }
+    fields = fields.content(content);
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(call_id.to_string(), fields))
+}
+
+/// A running command's output so far.
+pub fn tool_output(call_id: &str, text: &str) -> SessionUpdate {
+    tool_update(call_id, ToolCallStatus::InProgress, Some(text))
+}
+
 /// A tool part as it ends: its final status with its output or error.
 fn tool_final(tool: &ToolPart) -> SessionUpdate {
+    if tool.state.status == ToolStatus::Completed {
+        return tool_completed(
+            &tool.call_id,
+            tool.state.output.as_deref().unwrap_or(""),
+            tool.state.structured.as_ref(),
+        );
+    }
     let text = tool.state.error.as_deref().or(tool.state.output.as_deref());
     tool_update(&tool.call_id, status(tool.state.status), text)
 }
@@ -130,6 +192,8 @@ fn error_text(error: &MessageError) -> String {
 /// the client, which joins consecutive chunks, does not run them together.
 #[derive(Debug, Default)]
 pub struct Stream {
+    /// The session's directory: relative tool paths are made absolute against it.
+    pub directory: Option<std::path::PathBuf>,
     tools: HashMap<String, ToolCallStatus>,
     last_text: Option<String>,
     /// Agent chunks sent so far.
@@ -223,8 +287,12 @@ impl Stream {
                             }
                             Part::Reasoning { .. } => {}
                             Part::Tool(tool) => {
-                                let called =
-                                    tool_called(&tool.call_id, &tool.tool, &tool.state.input);
+                                let called = tool_called(
+                                    &tool.call_id,
+                                    &tool.tool,
+                                    &tool.state.input,
+                                    self.directory.as_deref(),
+                                );
                                 out.push(self.tool(&tool.call_id, ToolCallStatus::Pending, called));
                                 if tool.state.status != ToolStatus::Pending {
                                     self.tool_end(tool, &mut out);
@@ -271,22 +339,24 @@ impl Stream {
                 tool,
                 input,
                 ..
-            } => vec![self.tool(
-                call_id,
-                ToolCallStatus::Pending,
-                tool_called(call_id, tool, input),
-            )],
+            } => {
+                let called = tool_called(call_id, tool, input, self.directory.as_deref());
+                vec![self.tool(call_id, ToolCallStatus::Pending, called)]
+            }
             Event::ToolStarted { call_id, .. } => vec![self.tool(
                 call_id,
                 ToolCallStatus::InProgress,
                 tool_update(call_id, ToolCallStatus::InProgress, None),
             )],
             Event::ToolCompleted {
-                call_id, output, ..
+                call_id,
+                output,
+                structured,
+                ..
             } => vec![self.tool(
                 call_id,
                 ToolCallStatus::Completed,
-                tool_update(call_id, ToolCallStatus::Completed, Some(output)),
+                tool_completed(call_id, output, structured.as_ref()),
             )],
             Event::ToolFailed { call_id, error, .. } => vec![self.tool(
                 call_id,

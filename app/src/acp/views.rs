@@ -9,6 +9,7 @@
 //! before them.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -83,7 +84,21 @@ struct View {
     /// Prompts the client sent that were not promoted yet, with how many agent
     /// chunks had been sent then.
     prompts: Vec<(String, u64)>,
+    /// Running commands' output so far, by call id.
+    live: HashMap<String, Live>,
 }
+
+/// A running command's output, and when it was last sent.
+#[derive(Debug, Default)]
+struct Live {
+    text: String,
+    sent: Option<std::time::Instant>,
+}
+
+/// How much of a running command's output a client is sent (its end).
+const LIVE_BYTES: usize = 16 * 1024;
+/// How often a running command's output is sent at most.
+const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A committed event, with the message it closed when it closed one on the
 /// engine's own account (read when it arrived).
@@ -148,15 +163,14 @@ impl Views {
 
     /// A session the client just created (its events so far, through `through`,
     /// need no update: it has nothing to show yet).
-    pub fn open_new(&self, session: &str, through: i64) {
-        self.lock().insert(
-            session.to_string(),
-            View {
-                shown_through: through,
-                opened: true,
-                ..View::default()
-            },
-        );
+    pub fn open_new(&self, session: &str, through: i64, directory: &Path) {
+        let mut view = View {
+            shown_through: through,
+            opened: true,
+            ..View::default()
+        };
+        view.stream.directory = Some(directory.to_path_buf());
+        self.lock().insert(session.to_string(), view);
     }
 
     /// The sessions open and not loading, with the last seq each was sent and
@@ -197,7 +211,13 @@ impl Views {
 
     /// Sends the transcript (read up to the session's event `through`), then what
     /// arrived after it while it was read.
-    pub fn finish_load(&self, session: &str, messages: &[MessageRow], through: i64) {
+    pub fn finish_load(
+        &self,
+        session: &str,
+        messages: &[MessageRow],
+        through: i64,
+        directory: Option<&Path>,
+    ) {
         let mut views = self.lock();
         let Some(view) = views.get_mut(session) else {
             return;
@@ -206,6 +226,7 @@ impl Views {
         view.loading = view.loading.saturating_sub(1);
         view.opened = true;
         view.stream = Stream::default();
+        view.stream.directory = directory.map(Path::to_path_buf);
         view.shown_through = through;
         for update in view.stream.replay(messages) {
             self.send(session, update);
@@ -314,6 +335,39 @@ impl Views {
         }
     }
 
+    /// A running command of an open session wrote `text`: the client is sent all it
+    /// wrote so far (up to [`LIVE_BYTES`], its end), at most every
+    /// [`LIVE_EVERY`].
+    fn tool_output(&self, session: &str, call_id: &str, text: &str) {
+        let mut views = self.lock();
+        let Some(view) = views.get_mut(session) else {
+            return;
+        };
+        if view.loading > 0 || !view.opened {
+            return;
+        }
+        let live = view.live.entry(call_id.to_string()).or_default();
+        live.text.push_str(text);
+        if live.text.len() > LIVE_BYTES {
+            let mut cut = live.text.len() - LIVE_BYTES;
+            while !live.text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            live.text.drain(..cut);
+        }
+        let now = std::time::Instant::now();
+        if live
+            .sent
+            .is_some_and(|at| now.duration_since(at) < LIVE_EVERY)
+        {
+            return;
+        }
+        live.sent = Some(now);
+        let update = super::updates::tool_output(call_id, &live.text);
+        drop(views);
+        self.send(session, update);
+    }
+
     /// A provider step of an open session waits to be tried again: the client reads
     /// why and when, as thought text (nothing of the answer).
     fn retrying(&self, session: &str, attempt: u32, of: u32, at_ms: i64, error: &str) {
@@ -356,6 +410,11 @@ impl Views {
             return;
         }
         view.shown_through = arrived.record.seq;
+        if let Event::ToolCompleted { call_id, .. } | Event::ToolFailed { call_id, .. } =
+            &arrived.record.event
+        {
+            view.live.remove(call_id);
+        }
         let mut updates = view.stream.event(&arrived.record.event);
         match &arrived.ending {
             Some(message) if matches!(&message.data, MessageData::User(_)) => {
@@ -511,6 +570,15 @@ async fn catch_up(views: &Views, db: &Engine, which: &(dyn Fn(&str, bool) -> boo
 }
 
 async fn take(views: &Views, db: &Engine, event: EngineEvent) {
+    if let EngineEvent::ToolOutput {
+        session_id,
+        call_id,
+        text,
+    } = &event
+    {
+        views.tool_output(session_id, call_id, text);
+        return;
+    }
     if let EngineEvent::Retrying {
         session_id,
         attempt,

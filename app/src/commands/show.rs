@@ -84,7 +84,22 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                             if let Some(error) = &t.state.error {
                                 out!("    error: {}", clean(error));
                             }
-                            if let Some(output) = &t.state.output {
+                            let diff = t
+                                .state
+                                .structured
+                                .as_ref()
+                                .and_then(|s| s.get("diff"))
+                                .and_then(|d| {
+                                    serde_json::from_value::<steward_engine::tools::FileDiff>(
+                                        d.clone(),
+                                    )
+                                    .ok()
+                                });
+                            if let Some(diff) = diff {
+                                for line in clean(&diff.unified()).lines() {
+                                    out!("    {line}");
+                                }
+                            } else if let Some(output) = &t.state.output {
                                 for line in clean(output).lines().take(20) {
                                     out!("    {line}");
                                 }

@@ -79,6 +79,13 @@ impl Execution {
                 .and_then(|p| p.parent())
                 .map(Into::into),
             approved: None,
+            client: self
+                .services
+                .client_files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&self.claim.session_id)
+                .cloned(),
         };
         // Resolving paths touches the file system, which can hang (a stuck mount):
         // it runs on a thread of its own, raced against cancellation and loss.
@@ -108,12 +115,21 @@ impl Execution {
             .any(|t| crate::mcp::allows(t, &call.tool))
             || self.services.always.allows(session, &call.tool);
         if !allowed || assessment.guarded.is_some() {
+            // Through the client, the question shows the change to its buffer.
+            let diff = tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = self.lost.cancelled() => return Err(Stop::Lost),
+                preview = tool.preview(&ctx, &call.input) => preview,
+            }
+            .or(assessment.diff.clone())
+            .map(Box::new);
             let request = PermissionRequest {
                 session_id: session.clone(),
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 input: call.input.clone(),
                 guarded: assessment.guarded.clone(),
+                diff,
             };
             let decision = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
@@ -167,9 +183,24 @@ impl Execution {
         // The commit may have waited for the writer: look again before starting.
         self.may_dispatch()?;
         crate::failpoint!("runner.after_tool_dispatch");
+        let output = {
+            let (events, session, call_id) = (
+                self.services.events.clone(),
+                self.claim.session_id.clone(),
+                call.call_id.clone(),
+            );
+            std::sync::Arc::new(move |text: &str| {
+                let _ = events.send(crate::runner::EngineEvent::ToolOutput {
+                    session_id: session.clone(),
+                    call_id: call_id.clone(),
+                    text: text.to_string(),
+                });
+            }) as crate::tools::Heard
+        };
         let stop = StopSignals {
             cancel: self.cancel.clone(),
             abort: self.lost.clone(),
+            output: Some(output),
         };
         let timeout = tool.timeout(&ctx, &call.input);
         let grace = Duration::from_millis(tools.kill_grace_ms) + STOP_MARGIN;

@@ -10,7 +10,7 @@
 //! [`MAX_ENTRIES`] entries.
 
 use std::fs::{File, Metadata};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use crate::provider::ToolSpec;
 use crate::tools::{
-    Assessment, BoxFuture, Prepared, Tool, ToolContext, ToolOutput, cap_output, reach, string_arg,
+    Assessment, BoxFuture, FileDiff, Prepared, Tool, ToolContext, ToolOutput, cap_output, reach,
+    string_arg,
 };
 
 /// The most entries `list_dir` reads from one directory.
@@ -40,7 +41,69 @@ fn assess_path(ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
     let located = reach::locate(ctx, string_arg(input, "path")?)?;
     Ok(Assessment {
         guarded: located.guarded(),
+        diff: None,
     })
+}
+
+/// The largest file an edit (or a write's diff) reads whole.
+pub const MAX_EDIT_BYTES: u64 = 8 << 20;
+
+/// The text of the file `located` names as it is on disk now — `None` when there is
+/// none — read exactly as a run reads it; an error for one that is not text or is
+/// larger than `limit`.
+pub(crate) fn current_text(
+    ctx: &ToolContext,
+    located: &reach::Located,
+    limit: u64,
+) -> Result<Option<String>, String> {
+    if std::fs::symlink_metadata(&located.path).is_err() {
+        return Ok(None);
+    }
+    let (file, meta) = open_regular(ctx, located)?;
+    if meta.len() > limit {
+        return Err(format!(
+            "{} is {} bytes, more than the {limit} an edit reads",
+            located.path.display(),
+            meta.len()
+        ));
+    }
+    text_of(file, &located.path).map(Some)
+}
+
+/// All of `file`, as UTF-8 text.
+pub(crate) fn text_of(mut file: File, path: &Path) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// The preview of a write for the question: what it would change, when the file
+/// can be read (a file that cannot shows no diff; the run says why).
+fn write_preview(ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
+    let located = reach::locate(ctx, string_arg(input, "path")?)?;
+    let content = string_arg(input, "content")?;
+    let mut probe = ctx.clone();
+    probe.approved = located.guarded();
+    let diff = current_text(&probe, &located, MAX_EDIT_BYTES)
+        .ok()
+        .map(|old| FileDiff::between(&located.path.to_string_lossy(), old.as_deref(), content));
+    Ok(Assessment {
+        guarded: located.guarded(),
+        diff,
+    })
+}
+
+/// Locates `path` for a run on a thread of its own (resolving touches the file
+/// system, which can hang).
+pub(crate) async fn located_off_thread(
+    ctx: &ToolContext,
+    path: &str,
+) -> Result<reach::Located, String> {
+    let (ctx, path) = (ctx.clone(), path.to_string());
+    tokio::task::spawn_blocking(move || reach::located_for_run(&ctx, &path))
+        .await
+        .map_err(|_| "the tool panicked".to_string())?
 }
 
 /// Runs a filesystem call on a thread of its own, off the async threads. A call that
@@ -140,6 +203,37 @@ fn open_regular(ctx: &ToolContext, located: &reach::Located) -> Result<(File, Me
     Ok((file, meta))
 }
 
+/// Opens the located file to edit it — read and write, exactly it, by name in its
+/// checked directory, without following a link or blocking, never creating it —
+/// and checks what was opened as a write's is.
+pub(crate) fn open_for_edit(ctx: &ToolContext, located: &reach::Located) -> Result<File, String> {
+    let path = &located.path;
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot edit {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "cannot edit {}: it is {}, not a regular file",
+            path.display(),
+            kind(&meta)
+        ));
+    }
+    refuse_own_database(path, &meta, "edit")?;
+    let (dir, name) = reach::open_parent(ctx, located, false)?;
+    let file = dir
+        .open_with(
+            &name,
+            cap_std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(NO_FOLLOW),
+        )
+        .map_err(|e| format!("cannot edit {}: {e}", path.display()))?
+        .into_std();
+    let (file, meta) = refuse_opened_database(path, file, "edit")?;
+    check_opened(ctx, located, &meta, "edit")?;
+    Ok(file)
+}
+
 /// Flags every file tool opens with: no link followed at the end, never blocking.
 const NO_FOLLOW: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
@@ -199,13 +293,42 @@ impl Tool for ReadFile {
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let prepared = string_arg(input, "path").map(|path| {
             let (ctx, path) = (ctx.clone(), path.to_string());
-            blocking(move || match read_capped(&ctx, &path) {
-                Ok(output) => output,
-                Err(e) => ToolOutput::Failed(e),
-            })
+            match ctx.client.clone().filter(|c| c.reads()) {
+                // Through the editor: its buffer, unsaved changes included.
+                Some(client) => Prepared::new(None, move |_stop| {
+                    Box::pin(async move {
+                        match read_through(&ctx, client.as_ref(), &path).await {
+                            Ok(output) => output,
+                            Err(e) => ToolOutput::Failed(e),
+                        }
+                    })
+                }),
+                None => blocking(move || match read_capped(&ctx, &path) {
+                    Ok(output) => output,
+                    Err(e) => ToolOutput::Failed(e),
+                }),
+            }
         });
         Box::pin(async move { prepared })
     }
+}
+
+/// `read_file` through the client: located and checked as on disk, read as the
+/// editor has it, capped at the output limit.
+async fn read_through(
+    ctx: &ToolContext,
+    client: &dyn crate::tools::ClientFiles,
+    path: &str,
+) -> Result<ToolOutput, String> {
+    names_a_file(path, "read")?;
+    let located = located_off_thread(ctx, path).await?;
+    let text = client.read(&located.path).await?;
+    let bytes = text.len();
+    let (output, truncated) = cap_output(text, ctx.config.output_limit_bytes);
+    Ok(ToolOutput::Completed {
+        output,
+        structured: Some(json!({"bytes": bytes, "truncated": truncated, "through": "client"})),
+    })
 }
 
 /// Refuses a path ending in `/` or `/.` (or `.` itself) for a tool that takes a
@@ -334,20 +457,77 @@ impl Tool for WriteFile {
     }
 
     fn assess(&self, ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
-        assess_path(ctx, input)
+        write_preview(ctx, input)
+    }
+
+    /// Through a client that reads for Steward, the question shows the write over
+    /// its buffer.
+    fn preview(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Option<FileDiff>> {
+        let client = ctx.client.clone().filter(|c| c.reads() && c.writes());
+        let ctx = ctx.clone();
+        let path = string_arg(input, "path").ok().map(str::to_string);
+        let content = string_arg(input, "content").ok().map(str::to_string);
+        Box::pin(async move {
+            let (client, path, content) = (client?, path?, content?);
+            let located = located_off_thread(&ctx, &path).await.ok()?;
+            let old = if std::fs::symlink_metadata(&located.path).is_ok() {
+                Some(client.read(&located.path).await.ok()?)
+            } else {
+                None
+            };
+            Some(FileDiff::between(
+                &located.path.to_string_lossy(),
+                old.as_deref(),
+                &content,
+            ))
+        })
     }
 
     fn prepare(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Result<Prepared, String>> {
         let prepared = string_arg(input, "path").and_then(|path| {
             let content = string_arg(input, "content")?.to_string();
             let (ctx, path) = (ctx.clone(), path.to_string());
-            Ok(blocking(move || match write(&ctx, &path, &content) {
-                Ok(output) => output,
-                Err(e) => ToolOutput::Failed(e),
-            }))
+            Ok(match ctx.client.clone().filter(|c| c.writes()) {
+                Some(client) => Prepared::new(None, move |_stop| {
+                    Box::pin(async move {
+                        match write_through(&ctx, client.as_ref(), &path, content).await {
+                            Ok(output) => output,
+                            Err(e) => ToolOutput::Failed(e),
+                        }
+                    })
+                }),
+                None => blocking(move || match write(&ctx, &path, &content) {
+                    Ok(output) => output,
+                    Err(e) => ToolOutput::Failed(e),
+                }),
+            })
         });
         Box::pin(async move { prepared })
     }
+}
+
+/// `write_file` through the client: located and checked as on disk, the old text
+/// read as the editor has it (when it reads for Steward), written by the editor.
+async fn write_through(
+    ctx: &ToolContext,
+    client: &dyn crate::tools::ClientFiles,
+    path: &str,
+    content: String,
+) -> Result<ToolOutput, String> {
+    names_a_file(path, "write")?;
+    let located = located_off_thread(ctx, path).await?;
+    let old = if client.reads() && std::fs::symlink_metadata(&located.path).is_ok() {
+        client.read(&located.path).await.ok()
+    } else {
+        None
+    };
+    let bytes = content.len();
+    let diff = FileDiff::between(&located.path.to_string_lossy(), old.as_deref(), &content);
+    client.write(&located.path, content).await?;
+    Ok(ToolOutput::Completed {
+        output: format!("wrote {bytes} bytes to {}", located.path.display()),
+        structured: Some(json!({"bytes": bytes, "diff": diff, "through": "client"})),
+    })
 }
 
 /// Writes a regular file (creating it and its parents), never blocking on whatever
@@ -360,6 +540,7 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
     names_a_file(path, "write")?;
     let located = reach::located_for_run(ctx, path)?;
     let path = located.path.clone();
+    let existed = std::fs::symlink_metadata(&path).is_ok();
     if let Ok(meta) = std::fs::metadata(&path) {
         if !meta.is_file() {
             return Err(format!(
@@ -375,7 +556,7 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
     let (dir, name) = reach::open_parent(ctx, &located, true)?;
     let fresh = ctx.approved.as_ref().is_some_and(|a| a.file.is_none());
     let mut options = cap_std::fs::OpenOptions::new();
-    options.write(true).custom_flags(NO_FOLLOW);
+    options.read(true).write(true).custom_flags(NO_FOLLOW);
     if fresh {
         options.create_new(true);
     } else {
@@ -387,12 +568,31 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
         .into_std();
     let (mut file, meta) = refuse_opened_database(&path, file, "write")?;
     check_opened(ctx, &located, &meta, "write")?;
-    file.set_len(0)
+    // What it held, for the diff (a file too large, or not text, shows none).
+    let old = if !existed {
+        Some(None)
+    } else if meta.len() <= MAX_EDIT_BYTES {
+        let mut bytes = Vec::new();
+        (&file)
+            .read_to_end(&mut bytes)
+            .ok()
+            .and_then(|_| String::from_utf8(bytes).ok())
+            .map(Some)
+    } else {
+        None
+    };
+    file.seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| file.set_len(0))
         .and_then(|()| file.write_all(content.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut structured = json!({"bytes": content.len()});
+    if let Some(old) = old {
+        let diff = FileDiff::between(&path.to_string_lossy(), old.as_deref(), content);
+        structured["diff"] = json!(diff);
+    }
     Ok(ToolOutput::Completed {
         output: format!("wrote {} bytes to {}", content.len(), path.display()),
-        structured: Some(json!({"bytes": content.len()})),
+        structured: Some(structured),
     })
 }
 

@@ -224,8 +224,18 @@ impl GatedProcess {
         grace: Duration,
         stop: crate::tools::StopSignals,
     ) -> io::Result<Finished> {
-        let stdout = tokio::spawn(read_capped(self.child.stdout.take(), limit));
-        let stderr = tokio::spawn(read_capped(self.child.stderr.take(), limit));
+        // What the command writes is heard as it comes (up to the limit), besides
+        // being kept.
+        let stdout = tokio::spawn(read_capped(
+            self.child.stdout.take(),
+            limit,
+            stop.output.clone(),
+        ));
+        let stderr = tokio::spawn(read_capped(
+            self.child.stderr.take(),
+            limit,
+            stop.output.clone(),
+        ));
         let mut gate = self
             .gate
             .take()
@@ -446,7 +456,11 @@ impl Drop for GatedProcess {
     }
 }
 
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, limit: usize) -> (Vec<u8>, bool) {
+async fn read_capped(
+    pipe: Option<impl AsyncRead + Unpin>,
+    limit: usize,
+    heard: Option<crate::tools::Heard>,
+) -> (Vec<u8>, bool) {
     let Some(mut pipe) = pipe else {
         return (Vec::new(), false);
     };
@@ -460,6 +474,11 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, limit: usize) -> (Vec
                 let room = limit.saturating_sub(kept.len());
                 if n > room {
                     truncated = true;
+                }
+                if let Some(heard) = &heard
+                    && room > 0
+                {
+                    heard(&String::from_utf8_lossy(&buf[..n.min(room)]));
                 }
                 kept.extend_from_slice(&buf[..n.min(room)]);
             }

@@ -418,6 +418,7 @@ mod tests {
             config: ToolsConfig::default(),
             data_dir: None,
             approved: None,
+            client: None,
         }
     }
 

@@ -312,11 +312,17 @@ fn permission(
         )));
     }
     text.push(Line::default());
-    for line in input.lines() {
-        text.push(Line::from(Span::styled(
-            super::transcript::clean(line),
-            t.style(Role::Muted),
-        )));
+    match &request.diff {
+        // An edit shows what it would change, not its arguments.
+        Some(diff) => text.extend(super::transcript::diff_lines(t, diff, true)),
+        None => {
+            for line in input.lines() {
+                text.push(Line::from(Span::styled(
+                    super::transcript::clean(line),
+                    t.style(Role::Muted),
+                )));
+            }
+        }
     }
     // The whole input, wrapped to the box; what does not fit scrolls (j/k), and
     // the box says so.

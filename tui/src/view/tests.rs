@@ -72,6 +72,38 @@ fn an_mcp_call_shows_its_server_and_tool_and_a_server_that_did_not_start_is_said
 }
 
 #[test]
+fn the_permission_question_shows_an_edits_diff_not_its_arguments() {
+    let mut app = fixtures::chat();
+    app.overlay.push(crate::app::Overlay::Permission {
+        id: 7,
+        request: fixtures::edit_permission(),
+        scroll: 0,
+    });
+    let text = screen(&app, 110, 32);
+    assert!(text.contains("+    let total = add(1, 1);"), "{text}");
+    assert!(!text.contains("old_string"), "{text}");
+    assert_snapshot!(text);
+}
+
+#[test]
+fn an_edit_shows_its_diff_folded_in_the_transcript() {
+    let theme = crate::theme::Theme::from_env();
+    let render = |expanded| {
+        crate::view::transcript::lines(&theme, &fixtures::edit_transcript(), &[], expanded, 100)
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let folded = render(false);
+    assert!(folded.contains("more lines of the diff"), "{folded}");
+    assert!(!folded.contains("line twelve and a half"), "{folded}");
+    assert_snapshot!(folded);
+    let whole = render(true);
+    assert!(whole.contains("+line twelve and a half"), "{whole}");
+}
+
+#[test]
 fn tool_output_collapses_after_a_few_lines_and_expands() {
     let mut app = fixtures::chat();
     let collapsed = screen(&app, 110, 40);

@@ -53,6 +53,31 @@ pub fn retry_lines(
     out
 }
 
+/// A diff as lines: `+` lines green, `-` lines red, the rest muted; without its
+/// `---`/`+++` header when the file is named already.
+pub fn diff_lines(
+    theme: &Theme,
+    diff: &steward_engine::tools::FileDiff,
+    header: bool,
+) -> Vec<Line<'static>> {
+    diff.unified()
+        .lines()
+        .skip(if header { 0 } else { 2 })
+        .map(|line| {
+            let role = if line.starts_with("+++") || line.starts_with("---") {
+                Role::Title
+            } else if line.starts_with('+') {
+                Role::Ok
+            } else if line.starts_with('-') {
+                Role::Error
+            } else {
+                Role::Muted
+            };
+            Line::from(Span::styled(clean(line), theme.style(role)))
+        })
+        .collect()
+}
+
 /// Every line of `messages` (and the pending inputs after them), wrapped to `width`.
 pub fn lines(
     theme: &Theme,
@@ -61,16 +86,21 @@ pub fn lines(
     expanded: bool,
     width: u16,
 ) -> Vec<Line<'static>> {
-    lines_with_starts(theme, messages, pending, expanded, width).0
+    lines_with_starts(theme, messages, pending, expanded, width, &Live::new()).0
 }
 
-/// [`lines`], with the line each message starts at.
+/// The output of running commands as it comes, by call id (live, not durable).
+pub type Live = std::collections::BTreeMap<String, String>;
+
+/// [`lines`], with the line each message starts at, and what running commands
+/// have written so far under them.
 pub fn lines_with_starts(
     theme: &Theme,
     messages: &[MessageRow],
     pending: &[InputRow],
     expanded: bool,
     width: u16,
+    live: &Live,
 ) -> (Vec<Line<'static>>, Vec<usize>) {
     let mut wrapped: Vec<Line<'static>> = Vec::new();
     let mut starts = Vec::with_capacity(messages.len());
@@ -91,7 +121,7 @@ pub fn lines_with_starts(
                 );
             }
             MessageData::Synthetic(s) => synthetic(&mut out, theme, s),
-            MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded, width),
+            MessageData::Assistant(a) => assistant(&mut out, theme, a, expanded, width, live),
         }
         wrapped.extend(wrap(out, width));
     }
@@ -176,6 +206,7 @@ fn assistant(
     a: &AssistantData,
     expanded: bool,
     width: u16,
+    live: &Live,
 ) {
     out.push(Line::from(vec![
         Span::styled("assistant".to_string(), theme.style(Role::Title)),
@@ -211,7 +242,22 @@ fn assistant(
                     text_block(out, theme, None, text, Role::Plain);
                 }
             }
-            Part::Tool(tool) => tool_lines(out, theme, tool, expanded, width),
+            Part::Tool(tool) => {
+                tool_lines(out, theme, tool, expanded, width);
+                // A running command's output so far: its last lines.
+                if tool.state.status == ToolStatus::Running
+                    && let Some(text) = live.get(&tool.call_id)
+                {
+                    let text = clean(text);
+                    let lines: Vec<&str> = text.trim_end_matches('\n').split('\n').collect();
+                    for line in &lines[lines.len().saturating_sub(COLLAPSED_LINES)..] {
+                        out.push(Line::from(vec![
+                            Span::raw("    "),
+                            Span::styled(line.to_string(), theme.style(Role::Muted)),
+                        ]));
+                    }
+                }
+            }
             // What the model thought, folded to one line unless expanded.
             Part::Reasoning { text, redacted, .. } => {
                 let shown = if redacted.is_some() {
@@ -313,6 +359,39 @@ fn tool_lines(
             ("   error: ", Role::Error)
         };
         text_block(out, theme, Some((label, role)), error, role);
+    }
+    // An edit shows what it changed, folded like output.
+    let diff = state
+        .structured
+        .as_ref()
+        .and_then(|s| s.get("diff"))
+        .and_then(|d| serde_json::from_value::<steward_engine::tools::FileDiff>(d.clone()).ok());
+    if let Some(diff) = diff {
+        let rows = wrap(
+            diff_lines(theme, &diff, false)
+                .into_iter()
+                .map(|line| {
+                    let mut spans = vec![Span::raw("    ")];
+                    spans.extend(line.spans);
+                    Line::from(spans)
+                })
+                .collect(),
+            width,
+        );
+        let shown = if expanded {
+            rows.len()
+        } else {
+            rows.len().min(COLLAPSED_LINES)
+        };
+        let more = rows.len() - shown;
+        out.extend(rows.into_iter().take(shown));
+        if more > 0 {
+            out.push(Line::from(Span::styled(
+                format!("    … {more} more lines of the diff (Enter in the transcript expands)"),
+                theme.style(Role::Muted),
+            )));
+        }
+        return;
     }
     if let Some(output) = state.output.as_deref().filter(|o| !o.trim().is_empty()) {
         let output = clean(output);

@@ -26,14 +26,30 @@ impl Permission for ClientPermission {
                 .kind(updates::kind(&request.tool))
                 .status(ToolCallStatus::Pending)
                 .raw_input(request.input.clone());
+            let mut content = Vec::new();
             if let Some(guarded) = &request.guarded {
-                fields = fields.content(vec![
-                    agent_client_protocol_schema::v1::ToolCallContent::from(format!(
+                content.push(agent_client_protocol_schema::v1::ToolCallContent::from(
+                    format!(
                         "It touches {}, {}: asked every time.",
                         guarded.path.display(),
                         guarded.guard.describe()
-                    )),
+                    ),
+                ));
+            }
+            // An edit is asked about with what it would change, where.
+            if let Some(diff) = &request.diff {
+                content.push(updates::diff_content(diff));
+                fields = fields.locations(vec![
+                    agent_client_protocol_schema::v1::ToolCallLocation::new(diff.path.clone())
+                        .line(diff.line),
                 ]);
+            } else if let Some(guarded) = &request.guarded {
+                fields = fields.locations(vec![
+                    agent_client_protocol_schema::v1::ToolCallLocation::new(guarded.path.clone()),
+                ]);
+            }
+            if !content.is_empty() {
+                fields = fields.content(content);
             }
             // A call that touches a guarded path asks every time: no "always" is
             // offered for it (and an "always" answer allows it once).

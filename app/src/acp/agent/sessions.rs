@@ -29,8 +29,9 @@ impl Agent {
             .await
             .map_err(engine_failure)?;
         self.engine.give_mcp_servers(&session.id, servers).await;
+        self.offer_files(&session.id);
         // Its only event so far is its creation (seq 0).
-        self.views.open_new(&session.id, 0);
+        self.views.open_new(&session.id, 0, &cwd);
         to_value(NewSessionResponse::new(session.id))
     }
 
@@ -54,18 +55,22 @@ impl Agent {
             }
             // Before anything of it can run here (its wake starts after the answer).
             self.engine.give_mcp_servers(&id, servers).await;
+            self.offer_files(&id);
             self.engine.recover_if_due().await?;
-            self.engine.transcript(&id).await
+            let directory = self.engine.session_directory(&id).await?;
+            let (messages, through) = self.engine.transcript(&id).await?;
+            Ok((messages, through, directory))
         }
         .await;
-        let (messages, through) = match loaded {
+        let (messages, through, directory) = match loaded {
             Ok(loaded) => loaded,
             Err(e) => {
                 self.views.abandon_load(&id);
                 return Err(engine_failure(e));
             }
         };
-        self.views.finish_load(&id, &messages, through);
+        self.views
+            .finish_load(&id, &messages, through, directory.as_deref().map(Path::new));
         to_value(LoadSessionResponse::new())
     }
 

@@ -81,6 +81,7 @@ mod turn_tests {
             database,
             owners: data.join("owners"),
             reader: Arc::default(),
+            fs: Default::default(),
         };
         (Arc::new(agent), received)
     }

@@ -19,6 +19,7 @@ fn ctx_in(dir: &Path) -> ToolContext {
         config: ToolsConfig::default(),
         data_dir: None,
         approved: None,
+        client: None,
     }
 }
 

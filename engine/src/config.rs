@@ -586,7 +586,7 @@ mod tests {
         let added = with_allowed_tool("", "write_file").unwrap();
         assert_eq!(
             Config::from_toml(&added).unwrap().tools.allow,
-            ["read_file", "list_dir", "write_file"]
+            ["read_file", "list_dir", "grep", "glob", "write_file"]
         );
         // The file's own list grows; comments, trailing ones included, stay.
         let text = "# my settings\n[tools]   # the tools section\n# keep this\nallow = [\"read_file\"] # mine\n\n[lease]\nlease_ms = 30000\n";

@@ -285,3 +285,40 @@ fn r4_19_acp_a_commands_output_streams_while_it_runs() {
     assert!(live < completed);
     assert!(client.close().success());
 }
+
+#[test]
+fn r4_19_acp_output_held_back_by_the_pace_is_sent_when_the_command_goes_quiet() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "quiet.toml",
+        "[[step]]\ntext = [\"Running.\"]\ntool_calls = [{ tool = \"run_command\", input = { command = \"echo first; sleep 0.05; echo second; sleep 3; echo third\" } }]\n[[step]]\ntext = [\"Ran.\"]\n",
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[tools]\nallow = [\"run_command\"]\n").unwrap();
+    let mut client = Driver::spawn(&env, &argv(&env, &script, Some(&config)));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 71, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "run"}]}}),
+    );
+    // "second" came within the pace of "first": it is sent once the command goes
+    // quiet, not only when "third" comes three seconds later.
+    let second_alone = |m: &Value| {
+        let update = &m["params"]["update"];
+        let content = update["content"].to_string();
+        update["status"] == "in_progress"
+            && content.contains("second")
+            && !content.contains("third")
+    };
+    assert!(
+        client.wait_for(Duration::from_secs(20), second_alone),
+        "{:#?}",
+        client.seen
+    );
+    assert!(client.wait_for(Duration::from_secs(20), |m| m["id"] == 71));
+    assert!(client.close().success());
+}

@@ -10,6 +10,7 @@ mod campaign;
 mod claims;
 mod crowd;
 mod docs;
+mod editing;
 mod faults;
 mod hardening;
 mod mcp;

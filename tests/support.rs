@@ -175,15 +175,20 @@ pub fn holds_posix_lock(pid: u32, path: &Path) -> bool {
         return false;
     };
     let (pid, ino) = (pid.to_string(), meta.ino().to_string());
-    std::fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
-        .lines()
-        .any(|line| {
-            // "2: POSIX  ADVISORY  READ 1234 fe:00:5678 1073741826 1073742335"
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.get(1) == Some(&"POSIX")
-                && fields.get(4) == Some(&pid.as_str())
-                && fields.get(5).and_then(|dev_ino| dev_ino.rsplit(':').next())
-                    == Some(ino.as_str())
-        })
+    // `/proc/locks` is generated as it is read: a read in several chunks while
+    // other processes take and drop locks can skip a line. A lock seen once is held;
+    // one missed three times over is not.
+    (0..3).any(|_| {
+        std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .any(|line| {
+                // "2: POSIX  ADVISORY  READ 1234 fe:00:5678 1073741826 1073742335"
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(1) == Some(&"POSIX")
+                    && fields.get(4) == Some(&pid.as_str())
+                    && fields.get(5).and_then(|dev_ino| dev_ino.rsplit(':').next())
+                        == Some(ino.as_str())
+            })
+    })
 }

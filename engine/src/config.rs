@@ -604,7 +604,10 @@ mod tests {
         let no_allow = "[tools]\ncommand_timeout_ms = 5\n";
         let config =
             Config::from_toml(&with_allowed_tool(no_allow, "write_file").unwrap()).unwrap();
-        assert_eq!(config.tools.allow, ["read_file", "list_dir", "write_file"]);
+        assert_eq!(
+            config.tools.allow,
+            ["read_file", "list_dir", "grep", "glob", "write_file"]
+        );
         assert_eq!(config.tools.command_timeout_ms, 5);
         // A list over several lines, a dotted key, CRLF line endings.
         let multi = "[tools]\nallow = [\n  \"read_file\",\n]\n";

@@ -17,6 +17,7 @@ pub const NAMES: &[&str] = &[
     "runner.after_text_commit",
     "runner.after_tool_called",
     "runner.after_tool_dispatch",
+    "tools.before_replace",
     "runner.after_tool_completed",
     "mcp.after_call_sent",
     "runner.before_clear",

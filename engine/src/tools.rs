@@ -17,7 +17,7 @@ pub mod process;
 pub mod reach;
 pub mod search;
 
-pub use diff::FileDiff;
+pub use diff::{Basis, FileDiff};
 pub use reach::{Guard, Guarded};
 
 use std::collections::BTreeMap;
@@ -47,6 +47,9 @@ pub struct ToolContext {
     /// The guarded path the user allowed this call to touch, exactly as it was
     /// resolved when they were asked ([`reach::located_for_run`]).
     pub approved: Option<Guarded>,
+    /// What the permission question showed of the file this call changes: the
+    /// run refuses a file that holds something else by then (protocol §4.19).
+    pub shown: Option<Basis>,
     /// The editor's buffers, when the session's client offers them (ACP `fs`):
     /// file tools read and write through them (protocol §4.19).
     pub client: Option<Arc<dyn ClientFiles>>,

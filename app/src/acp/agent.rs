@@ -57,6 +57,9 @@ pub struct Agent {
 #[derive(Debug)]
 struct ClientFs {
     outbox: Outbox,
+    /// Waited on before a request, so the client hears of the call (its
+    /// `in_progress` update) before the call reaches it.
+    views: Arc<Views>,
     session: String,
     reads: bool,
     writes: bool,
@@ -72,12 +75,14 @@ impl steward_engine::tools::ClientFiles for ClientFs {
     }
 
     fn read(&self, path: &Path) -> BoxFuture<Result<String, String>> {
-        let (outbox, session, path) = (
+        let (outbox, views, session, path) = (
             self.outbox.clone(),
+            self.views.clone(),
             self.session.clone(),
             path.to_path_buf(),
         );
         Box::pin(async move {
+            views.barrier().await;
             let params = json!({"sessionId": session, "path": path});
             match outbox.request("fs/read_text_file", params).await {
                 Some(Ok(answer)) => {
@@ -108,12 +113,14 @@ impl steward_engine::tools::ClientFiles for ClientFs {
     }
 
     fn write(&self, path: &Path, content: String) -> BoxFuture<Result<(), String>> {
-        let (outbox, session, path) = (
+        let (outbox, views, session, path) = (
             self.outbox.clone(),
+            self.views.clone(),
             self.session.clone(),
             path.to_path_buf(),
         );
         Box::pin(async move {
+            views.barrier().await;
             let params = json!({"sessionId": session, "path": path, "content": content});
             match outbox.request("fs/write_text_file", params).await {
                 Some(Ok(_)) => Ok(()),
@@ -144,6 +151,7 @@ impl Agent {
                 session,
                 Arc::new(ClientFs {
                     outbox: self.outbox.clone(),
+                    views: self.views.clone(),
                     session: session.to_string(),
                     reads,
                     writes,

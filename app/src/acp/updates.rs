@@ -101,7 +101,24 @@ pub fn locations(input: &Value, directory: Option<&std::path::Path>) -> Vec<Tool
         (false, Some(dir)) => dir.join(path),
         (false, None) => return Vec::new(),
     };
-    vec![ToolCallLocation::new(absolute)]
+    vec![ToolCallLocation::new(folded(&absolute))]
+}
+
+/// `path` with `.` and `..` folded away as written (where the call says it goes;
+/// where it lands, links followed, comes with its diff).
+fn folded(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// A completed edit's diff (`structured.diff`), as the client shows one: its
@@ -110,12 +127,20 @@ pub fn diff_of(structured: Option<&Value>) -> Option<steward_engine::tools::File
     serde_json::from_value(structured?.get("diff")?.clone()).ok()
 }
 
-/// A diff as tool call content.
-pub fn diff_content(diff: &steward_engine::tools::FileDiff) -> ToolCallContent {
-    ToolCallContent::Diff(
+/// A diff as tool call content, saying so when a side was cut.
+pub fn diff_content(diff: &steward_engine::tools::FileDiff) -> Vec<ToolCallContent> {
+    let mut content = vec![ToolCallContent::Diff(
         agent_client_protocol_schema::v1::Diff::new(diff.path.clone(), diff.new_text.clone())
             .old_text(diff.old_text.clone()),
-    )
+    )];
+    if diff.truncated {
+        content.push(ToolCallContent::from(format!(
+            "(The diff is cut: what changes in {} is longer than {} KiB.)",
+            diff.path,
+            steward_engine::tools::diff::MAX_SIDE / 1024
+        )));
+    }
+    content
 }
 
 pub fn tool_update(call_id: &str, to: ToolCallStatus, text: Option<&str>) -> SessionUpdate {
@@ -132,9 +157,9 @@ pub fn tool_completed(call_id: &str, output: &str, structured: Option<&Value>) -
     let mut fields = ToolCallUpdateFields::new().status(ToolCallStatus::Completed);
     let mut content = vec![ToolCallContent::from(output.to_string())];
     if let Some(diff) = diff_of(structured) {
-        content.push(diff_content(&diff));
+        content.extend(diff_content(&diff));
         fields = fields.locations(vec![
-            ToolCallLocation::new(diff.path.clone()).line(diff.line),
+            ToolCallLocation::new(diff.path.clone()).line(diff.changed_line()),
         ]);
     }
     fields = fields.content(content);

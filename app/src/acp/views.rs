@@ -93,6 +93,8 @@ struct View {
 struct Live {
     text: String,
     sent: Option<std::time::Instant>,
+    /// Output came since it was last sent (held back by [`LIVE_EVERY`]).
+    unsent: bool,
 }
 
 /// How much of a running command's output a client is sent (its end).
@@ -360,12 +362,47 @@ impl Views {
             .sent
             .is_some_and(|at| now.duration_since(at) < LIVE_EVERY)
         {
+            // Sent when its time comes ([`Views::flush_live`]).
+            live.unsent = true;
             return;
         }
         live.sent = Some(now);
+        live.unsent = false;
         let update = super::updates::tool_output(call_id, &live.text);
         drop(views);
         self.send(session, update);
+    }
+
+    /// When output held back by [`LIVE_EVERY`] is due, if any is.
+    fn live_due(&self) -> Option<std::time::Instant> {
+        self.lock()
+            .values()
+            .flat_map(|view| view.live.values())
+            .filter(|live| live.unsent)
+            .filter_map(|live| live.sent.map(|at| at + LIVE_EVERY))
+            .min()
+    }
+
+    /// Sends the output held back whose time has come: a command that writes
+    /// and then goes quiet is seen to the end of what it wrote.
+    fn flush_live(&self) {
+        let now = std::time::Instant::now();
+        let mut due = Vec::new();
+        for (session, view) in self.lock().iter_mut() {
+            for (call_id, live) in &mut view.live {
+                if live.unsent && live.sent.is_none_or(|at| now >= at + LIVE_EVERY) {
+                    live.unsent = false;
+                    live.sent = Some(now);
+                    due.push((
+                        session.clone(),
+                        super::updates::tool_output(call_id, &live.text),
+                    ));
+                }
+            }
+        }
+        for (session, update) in due {
+            self.send(&session, update);
+        }
     }
 
     /// A provider step of an open session waits to be tried again: the client reads
@@ -511,6 +548,7 @@ pub async fn forward(
         // then lags, and what it lost is read from the file: nothing is dropped,
         // nothing grows.
         views.ready().await;
+        let live_due = views.live_due();
         tokio::select! {
             biased;
             event = events.recv() => match event {
@@ -523,6 +561,12 @@ pub async fn forward(
                 Err(RecvError::Closed) => return,
             },
             _ = bell.notified() => catch_up(&views, db, &others).await,
+            () = async {
+                match live_due {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => views.flush_live(),
             _ = poll.tick() => catch_up(&views, db, &others).await,
             Some(done) = barriers.recv() => {
                 // Everything sent before the barrier is in the channel by now.

@@ -96,8 +96,16 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                                     .ok()
                                 });
                             if let Some(diff) = diff {
-                                for line in clean(&diff.unified()).lines() {
+                                let unified = clean(&diff.unified());
+                                let total = unified.lines().count();
+                                for line in unified.lines().take(DIFF_LINES) {
                                     out!("    {line}");
+                                }
+                                if total > DIFF_LINES {
+                                    out!(
+                                        "    … {} more lines of the diff (--json has it all)",
+                                        total - DIFF_LINES
+                                    );
                                 }
                             } else if let Some(output) = &t.state.output {
                                 for line in clean(output).lines().take(20) {
@@ -126,6 +134,9 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The most lines of an edit's diff the transcript prints.
+const DIFF_LINES: usize = 40;
 
 fn error_message(a: &steward_engine::message::AssistantData) -> &str {
     a.error

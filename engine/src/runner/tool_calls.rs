@@ -79,6 +79,7 @@ impl Execution {
                 .and_then(|p| p.parent())
                 .map(Into::into),
             approved: None,
+            shown: None,
             client: self
                 .services
                 .client_files
@@ -115,14 +116,17 @@ impl Execution {
             .any(|t| crate::mcp::allows(t, &call.tool))
             || self.services.always.allows(session, &call.tool);
         if !allowed || assessment.guarded.is_some() {
-            // Through the client, the question shows the change to its buffer.
+            // Through the client, the question shows the change to its buffer — if
+            // the client answers within the tool's own time limit.
+            let limit = tool.timeout(&ctx, &call.input);
             let diff = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
                 _ = self.lost.cancelled() => return Err(Stop::Lost),
-                preview = tool.preview(&ctx, &call.input) => preview,
+                preview = tokio::time::timeout(limit, tool.preview(&ctx, &call.input)) => preview.ok().flatten(),
             }
             .or(assessment.diff.clone())
-            .map(Box::new);
+            .map(|diff| Box::new(scrub_diff(diff, &tools.hidden_env)));
+            let shown = diff.as_ref().and_then(|d| d.basis.clone());
             let request = PermissionRequest {
                 session_id: session.clone(),
                 call_id: call.call_id.clone(),
@@ -144,8 +148,10 @@ impl Execution {
                 Decision::Allow | Decision::AllowAlways => {}
             }
             // The approval is bound to the path as it was resolved when the user
-            // was asked: a run that resolves elsewhere is refused.
+            // was asked, and to the text the diff was taken from: a run that
+            // resolves elsewhere, or finds other text, is refused.
             ctx.approved = assessment.guarded;
+            ctx.shown = shown;
         }
         self.may_dispatch()?;
         // Readying may start a process (an MCP server, within its startup limit):
@@ -184,16 +190,18 @@ impl Execution {
         self.may_dispatch()?;
         crate::failpoint!("runner.after_tool_dispatch");
         let output = {
-            let (events, session, call_id) = (
+            let (events, session, call_id, hidden) = (
                 self.services.events.clone(),
                 self.claim.session_id.clone(),
                 call.call_id.clone(),
+                tools.hidden_env.clone(),
             );
+            // Heard in whole lines, so a value to hide is seen whole (§4.13).
             std::sync::Arc::new(move |text: &str| {
                 let _ = events.send(crate::runner::EngineEvent::ToolOutput {
                     session_id: session.clone(),
                     call_id: call_id.clone(),
-                    text: text.to_string(),
+                    text: crate::tools::scrub_secrets(text.to_string(), &hidden),
                 });
             }) as crate::tools::Heard
         };
@@ -231,7 +239,7 @@ impl Execution {
         match output {
             ToolOutput::Completed { output, structured } => Ok(Ok((
                 crate::tools::scrub_secrets(output, hidden),
-                structured,
+                structured.map(|s| scrub_value(s, hidden)),
             ))),
             ToolOutput::Failed(error) => Ok(Err(crate::tools::scrub_secrets(error, hidden))),
             ToolOutput::Stopped => {
@@ -240,4 +248,31 @@ impl Execution {
             }
         }
     }
+}
+
+/// `value` with every string scrubbed of the hidden variables' values (§4.13): a
+/// tool's structured result (an edit's diff) is kept like its output.
+fn scrub_value(value: Value, hidden: &[String]) -> Value {
+    match value {
+        Value::String(s) => Value::String(crate::tools::scrub_secrets(s, hidden)),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(|v| scrub_value(v, hidden)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, scrub_value(v, hidden)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The diff a question shows, scrubbed like what a tool hands back; the text it
+/// was taken from is kept whole, to bind the approval to.
+fn scrub_diff(mut diff: crate::tools::FileDiff, hidden: &[String]) -> crate::tools::FileDiff {
+    diff.old_text = diff
+        .old_text
+        .map(|t| crate::tools::scrub_secrets(t, hidden));
+    diff.new_text = crate::tools::scrub_secrets(diff.new_text, hidden);
+    diff
 }

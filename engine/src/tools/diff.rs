@@ -3,6 +3,8 @@
 //! permission question shows, the transcript keeps (a completed call's
 //! `structured.diff`) and ACP sends as a tool call's `diff` content.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 /// Lines of context kept around what changed.
@@ -25,6 +27,30 @@ pub struct FileDiff {
     /// A side was longer than [`MAX_SIDE`] and was cut.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The whole text the diff was taken from: what a run the user approved after
+    /// seeing this diff must still find (protocol §4.19). Kept in memory only.
+    #[serde(skip)]
+    pub basis: Option<Basis>,
+}
+
+/// What a file held when its diff was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Basis {
+    /// There was no file.
+    Absent,
+    /// Its whole text.
+    Text(Arc<str>),
+}
+
+impl Basis {
+    /// Whether `now` (`None`: no file) is what was there.
+    pub fn holds(&self, now: Option<&str>) -> bool {
+        match (self, now) {
+            (Basis::Absent, None) => true,
+            (Basis::Text(text), Some(now)) => **text == *now,
+            _ => false,
+        }
+    }
 }
 
 impl FileDiff {
@@ -39,6 +65,7 @@ impl FileDiff {
                 new_text,
                 line: 1,
                 truncated,
+                basis: Some(Basis::Absent),
             };
         };
         let a: Vec<&str> = old.split_inclusive('\n').collect();
@@ -61,7 +88,23 @@ impl FileDiff {
             new_text,
             line: u32::try_from(start + 1).unwrap_or(u32::MAX),
             truncated: cut_old || cut_new,
+            basis: Some(Basis::Text(old.into())),
         }
+    }
+
+    /// The first line that changes (1-based): past the context [`FileDiff::line`]
+    /// starts with.
+    pub fn changed_line(&self) -> u32 {
+        let Some(old) = &self.old_text else {
+            return self.line;
+        };
+        let same = old
+            .split_inclusive('\n')
+            .zip(self.new_text.split_inclusive('\n'))
+            .take_while(|(a, b)| a == b)
+            .count();
+        self.line
+            .saturating_add(u32::try_from(same).unwrap_or(u32::MAX))
     }
 
     /// Whether anything changes.
@@ -101,9 +144,14 @@ impl FileDiff {
                     similar::ChangeTag::Equal => ' ',
                 };
                 out.push(sign);
-                out.push_str(change.value());
-                if !change.value().ends_with('\n') {
-                    out.push_str("\n\\ No newline at end of file\n");
+                let value = change.value();
+                out.push_str(value);
+                // A line may end in a lone `\r`: it ends there, but is not the last.
+                if !value.ends_with('\n') {
+                    out.push('\n');
+                    if !value.ends_with('\r') {
+                        out.push_str("\\ No newline at end of file\n");
+                    }
                 }
             }
         }
@@ -137,6 +185,7 @@ mod tests {
         let new = old.replace("line 10\n", "line ten\n");
         let diff = FileDiff::between("/w/a.txt", Some(&old), &new);
         assert_eq!(diff.line, 7);
+        assert_eq!(diff.changed_line(), 10, "the change, past its context");
         assert_eq!(
             diff.old_text.as_deref(),
             Some("line 7\nline 8\nline 9\nline 10\nline 11\nline 12\nline 13\n")

@@ -4,7 +4,7 @@
 //! without `replace_all`, is a tool error that says how many and where. The file is
 //! read and written on one descriptor, and refused if it changed between the two.
 
-use std::io::{Read, Seek, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 
 use serde_json::{Value, json};
@@ -48,8 +48,11 @@ impl Ask {
     }
 }
 
-/// `text` with the edit made, and how many replacements: `old` (and `new`) take
-/// the file's line endings when written with bare `\n` in a file that uses `\r\n`.
+/// `text` with the edit made, and how many replacements. `old` is matched exactly
+/// first; in a file that uses `\r\n`, an `old` written with bare `\n` that does not
+/// occur is matched with `\r\n`. `new` takes the line endings of what it
+/// replaces: `\r\n` where that used them (or, for text without a line break, where
+/// the file mostly does), never doubling an `\r` already there.
 pub fn apply(
     text: &str,
     old: &str,
@@ -66,11 +69,24 @@ pub fn apply(
     if old == new {
         return Err("old_string and new_string are the same: nothing would change".into());
     }
-    let crlf = text.contains("\r\n") && !old.contains('\r');
-    let (old, new) = if crlf {
-        (old.replace('\n', "\r\n"), new.replace('\n', "\r\n"))
+    let crlf_lines = text.matches("\r\n").count();
+    let mostly_crlf = crlf_lines > 0 && crlf_lines >= text.matches('\n').count() - crlf_lines;
+    let (old, crlf) = if text.contains(old) {
+        let crlf = if old.contains('\n') {
+            old.contains("\r\n")
+        } else {
+            mostly_crlf
+        };
+        (old.to_string(), crlf)
+    } else if crlf_lines > 0 && has_bare_newline(old) {
+        (with_crlf(old), true)
     } else {
-        (old.to_string(), new.to_string())
+        (old.to_string(), false)
+    };
+    let new = if crlf {
+        with_crlf(new)
+    } else {
+        new.to_string()
     };
     let at: Vec<usize> = text.match_indices(old.as_str()).map(|(i, _)| i).collect();
     match at.len() {
@@ -92,6 +108,29 @@ pub fn apply(
             ))
         }
     }
+}
+
+/// Whether `text` has a `\n` without an `\r` before it.
+fn has_bare_newline(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes
+        .iter()
+        .enumerate()
+        .any(|(i, b)| *b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
+}
+
+/// `text` with every bare `\n` made `\r\n` (an `\r\n` already there is kept).
+fn with_crlf(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    let mut prev = '\0';
+    for c in text.chars() {
+        if c == '\n' && prev != '\r' {
+            out.push('\r');
+        }
+        out.push(c);
+        prev = c;
+    }
+    out
 }
 
 impl Tool for EditFile {
@@ -183,7 +222,7 @@ fn edited(diff: FileDiff, n: usize, through: Option<&str>) -> ToolOutput {
             "edited {}: {n} replacement{} (from line {})",
             diff.path,
             if n == 1 { "" } else { "s" },
-            diff.line
+            diff.changed_line()
         ),
         structured: Some(structured),
     }
@@ -196,7 +235,7 @@ fn edit_on_disk(ctx: &ToolContext, ask: &Ask) -> Result<ToolOutput, String> {
     let located = reach::located_for_run(ctx, &ask.path)?;
     let path = located.path.clone();
     let shown = path.to_string_lossy().into_owned();
-    let mut file = super::fs::open_for_edit(ctx, &located)?;
+    let (dir, name, mut file) = super::fs::open_for_edit(ctx, &located)?;
     let before = file
         .metadata()
         .map_err(|e| format!("cannot read {shown}: {e}"))?;
@@ -210,6 +249,7 @@ fn edit_on_disk(ctx: &ToolContext, ask: &Ask) -> Result<ToolOutput, String> {
     file.read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {shown}: {e}"))?;
     let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    super::fs::still_as_shown(ctx, &path, Some(&text))?;
     let (after, n) = apply(&text, &ask.old, &ask.new, ask.all, &shown)?;
     let now = file
         .metadata()
@@ -221,9 +261,8 @@ fn edit_on_disk(ctx: &ToolContext, ask: &Ask) -> Result<ToolOutput, String> {
             "{shown} changed while it was being edited: nothing was written; read it again"
         ));
     }
-    file.seek(std::io::SeekFrom::Start(0))
-        .and_then(|_| file.set_len(0))
-        .and_then(|()| file.write_all(after.as_bytes()))
+    drop(file);
+    super::fs::replace_whole(&dir, &name, after.as_bytes(), Some(before.mode()), false)
         .map_err(|e| format!("cannot write {shown}: {e}"))?;
     Ok(edited(
         FileDiff::between(&shown, Some(&text), &after),
@@ -242,6 +281,7 @@ async fn edit_through(
     let located = located_off_thread(ctx, &ask.path).await?;
     let shown = located.path.to_string_lossy().into_owned();
     let text = client.read(&located.path).await?;
+    super::fs::still_as_shown(ctx, &located.path, Some(&text))?;
     let (after, n) = apply(&text, &ask.old, &ask.new, ask.all, &shown)?;
     let diff = FileDiff::between(&shown, Some(&text), &after);
     client.write(&located.path, after).await?;
@@ -262,6 +302,7 @@ mod tests {
             config: ToolsConfig::default(),
             data_dir: None,
             approved: None,
+            shown: None,
             client: None,
         }
     }
@@ -363,12 +404,70 @@ mod tests {
     }
 
     #[test]
+    fn r4_19_crlf_is_matched_exactly_first_and_never_doubled() {
+        // `new` already in CRLF keeps one `\r`.
+        let (out, _) = apply(
+            "one\r\ntwo\r\nthree\r\n",
+            "three",
+            "3\r\nthree",
+            false,
+            "/w",
+        )
+        .unwrap();
+        assert_eq!(out, "one\r\ntwo\r\n3\r\nthree\r\n");
+        // Bare `\n` in `new` takes the file's CRLF.
+        let (out, _) = apply("one\r\ntwo\r\n", "two", "2\nzwei", false, "/w").unwrap();
+        assert_eq!(out, "one\r\n2\r\nzwei\r\n");
+        // A mixed file: what occurs exactly is matched as it is, and keeps its `\n`.
+        let (out, _) = apply("a\r\nb\nc\r\nd\n", "b\nc", "B\nC", false, "/w").unwrap();
+        assert_eq!(out, "a\r\nB\nC\r\nd\n");
+        // A file with `\n` only is left alone.
+        let (out, _) = apply("x\ny\n", "y", "1\n2", false, "/w").unwrap();
+        assert_eq!(out, "x\n1\n2\n");
+    }
+
+    #[test]
     fn r4_19_a_file_that_changed_since_it_was_read_is_not_matched() {
         // The model read "a = 1" earlier; the file says "a = 2" now.
         let refused = apply("a = 2\n", "a = 1", "a = 3", false, "/w/c.txt").unwrap_err();
         assert!(refused.contains("read the file again"), "{refused}");
         assert!(apply("a\n", "", "b", false, "/w").is_err());
         assert!(apply("a\n", "a", "a", false, "/w").is_err());
+    }
+
+    #[tokio::test]
+    async fn r4_19_an_approved_edit_runs_only_on_the_text_its_diff_was_taken_from() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        std::fs::write(&file, "a\nfoo\nb\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let input =
+            json!({"path": "a.txt", "old_string": "foo", "new_string": "bar", "replace_all": true});
+        let asked = EditFile.assess(&ctx_in(dir.path()), &input).unwrap();
+        let ctx = ToolContext {
+            shown: asked.diff.unwrap().basis,
+            ..ctx_in(dir.path())
+        };
+        // More `foo`s since the question: the user saw one replacement, not three.
+        std::fs::write(&file, "foo\nfoo\nSECRET foo\n").unwrap();
+        let refused = failure(edit(&ctx, input.clone()).await);
+        assert!(
+            refused.contains("changed after the permission question"),
+            "{refused}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "foo\nfoo\nSECRET foo\n"
+        );
+        std::fs::write(&file, "a\nfoo\nb\n").unwrap();
+        let done = edit(&ctx, input).await;
+        assert!(matches!(done, ToolOutput::Completed { .. }), "{done:?}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "a\nbar\nb\n");
+        // Put in place whole, with the file's permissions, nothing left beside it.
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[tokio::test]

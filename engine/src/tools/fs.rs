@@ -10,7 +10,7 @@
 //! [`MAX_ENTRIES`] entries.
 
 use std::fs::{File, Metadata};
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
@@ -203,10 +203,15 @@ fn open_regular(ctx: &ToolContext, located: &reach::Located) -> Result<(File, Me
     Ok((file, meta))
 }
 
-/// Opens the located file to edit it — read and write, exactly it, by name in its
-/// checked directory, without following a link or blocking, never creating it —
-/// and checks what was opened as a write's is.
-pub(crate) fn open_for_edit(ctx: &ToolContext, located: &reach::Located) -> Result<File, String> {
+/// Opens the located file to edit it — read and write (a file the user may not
+/// write is refused), exactly it, by name in its checked directory, without
+/// following a link or blocking, never creating it — and checks what was opened as
+/// a write's is. Returns the directory and name too, to put the edited text in
+/// place ([`replace_whole`]).
+pub(crate) fn open_for_edit(
+    ctx: &ToolContext,
+    located: &reach::Located,
+) -> Result<(cap_std::fs::Dir, std::ffi::OsString, File), String> {
     let path = &located.path;
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot edit {}: {e}", path.display()))?;
@@ -231,7 +236,76 @@ pub(crate) fn open_for_edit(ctx: &ToolContext, located: &reach::Located) -> Resu
         .into_std();
     let (file, meta) = refuse_opened_database(path, file, "edit")?;
     check_opened(ctx, located, &meta, "edit")?;
-    Ok(file)
+    Ok((dir, name, file))
+}
+
+/// Puts `content` at `name` in `dir` whole or not at all (protocol §4.19): written
+/// to a new file beside it, synced, then renamed over the old one, so a crash
+/// leaves the old text or the new, never a part of either. `mode` is the replaced
+/// file's permissions. With `absent` (there was no file), it is linked into place
+/// only while the name is still free: a file that appeared there since is not
+/// replaced.
+pub(crate) fn replace_whole(
+    dir: &cap_std::fs::Dir,
+    name: &std::ffi::OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+    absent: bool,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = format!(".steward-{}.tmp", uuid::Uuid::now_v7().simple());
+    let placed = (|| {
+        let mut file = dir
+            .open_with(
+                &temp,
+                cap_std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(NO_FOLLOW),
+            )?
+            .into_std();
+        if let Some(mode) = mode {
+            file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+        }
+        file.write_all(content)?;
+        file.sync_all()?;
+        crate::failpoint!("tools.before_replace");
+        if absent {
+            dir.hard_link(&temp, dir, name)
+        } else {
+            dir.rename(&temp, dir, name)
+        }
+    })();
+    if absent || placed.is_err() {
+        let _ = dir.remove_file(&temp);
+    }
+    placed?;
+    // The new name lasts through a power cut too.
+    if let Ok(d) = dir.try_clone() {
+        let _ = d.into_std_file().sync_all();
+    }
+    Ok(())
+}
+
+/// Refuses a run that finds the file other than the permission question showed it
+/// (`now`: its text, `None` for no file): the user approved that change, not
+/// another (protocol §4.19).
+pub(crate) fn still_as_shown(
+    ctx: &ToolContext,
+    path: &Path,
+    now: Option<&str>,
+) -> Result<(), String> {
+    match &ctx.shown {
+        Some(shown) if !shown.holds(now) => Err(changed_since_shown(path)),
+        _ => Ok(()),
+    }
+}
+
+fn changed_since_shown(path: &Path) -> String {
+    format!(
+        "{} changed after the permission question showed its diff: nothing was written (read it again and retry)",
+        path.display()
+    )
 }
 
 /// Flags every file tool opens with: no link followed at the end, never blocking.
@@ -516,17 +590,37 @@ async fn write_through(
 ) -> Result<ToolOutput, String> {
     names_a_file(path, "write")?;
     let located = located_off_thread(ctx, path).await?;
-    let old = if client.reads() && std::fs::symlink_metadata(&located.path).is_ok() {
-        client.read(&located.path).await.ok()
+    // What it holds: as the editor has it, or on disk for a client that only
+    // writes (`None`: it cannot be read as text).
+    let old = if std::fs::symlink_metadata(&located.path).is_err() {
+        Some(None)
+    } else if client.reads() {
+        client.read(&located.path).await.ok().map(Some)
     } else {
-        None
+        let (probe, at) = (ctx.clone(), located.clone());
+        tokio::task::spawn_blocking(move || current_text(&probe, &at, MAX_EDIT_BYTES))
+            .await
+            .ok()
+            .and_then(Result::ok)
     };
+    if ctx.shown.is_some() {
+        let now = old
+            .as_ref()
+            .ok_or_else(|| changed_since_shown(&located.path))?;
+        still_as_shown(ctx, &located.path, now.as_deref())?;
+    }
     let bytes = content.len();
-    let diff = FileDiff::between(&located.path.to_string_lossy(), old.as_deref(), &content);
+    let diff = old
+        .as_ref()
+        .map(|old| FileDiff::between(&located.path.to_string_lossy(), old.as_deref(), &content));
     client.write(&located.path, content).await?;
+    let mut structured = json!({"bytes": bytes, "through": "client"});
+    if let Some(diff) = diff {
+        structured["diff"] = json!(diff);
+    }
     Ok(ToolOutput::Completed {
         output: format!("wrote {bytes} bytes to {}", located.path.display()),
-        structured: Some(json!({"bytes": bytes, "diff": diff, "through": "client"})),
+        structured: Some(structured),
     })
 }
 
@@ -551,40 +645,51 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
         }
         refuse_own_database(&path, &meta, "write")?;
     }
-    // Truncation waits until what was opened is known to be the file located, and
-    // not the database.
     let (dir, name) = reach::open_parent(ctx, &located, true)?;
+    // A path the user approved while no file was there binds to no file.
     let fresh = ctx.approved.as_ref().is_some_and(|a| a.file.is_none());
-    let mut options = cap_std::fs::OpenOptions::new();
-    options.read(true).write(true).custom_flags(NO_FOLLOW);
-    if fresh {
-        options.create_new(true);
-    } else {
-        options.create(true);
+    if fresh && existed {
+        return Err(format!(
+            "cannot write {}: a file appeared there after it was allowed",
+            path.display()
+        ));
     }
-    let file = dir
-        .open_with(&name, &options)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?
-        .into_std();
-    let (mut file, meta) = refuse_opened_database(&path, file, "write")?;
-    check_opened(ctx, &located, &meta, "write")?;
-    // What it held, for the diff (a file too large, or not text, shows none).
-    let old = if !existed {
-        Some(None)
-    } else if meta.len() <= MAX_EDIT_BYTES {
-        let mut bytes = Vec::new();
-        (&file)
-            .read_to_end(&mut bytes)
-            .ok()
-            .and_then(|_| String::from_utf8(bytes).ok())
-            .map(Some)
+    // The file replaced is opened first — read and write, as it is (a file the
+    // user may not write is refused) — and checked as located and approved.
+    let (old, mode) = if existed {
+        let file = dir
+            .open_with(
+                &name,
+                cap_std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(NO_FOLLOW),
+            )
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?
+            .into_std();
+        let (file, meta) = refuse_opened_database(&path, file, "write")?;
+        check_opened(ctx, &located, &meta, "write")?;
+        // What it held, for the diff (a file too large, or not text, shows none).
+        let text = if meta.len() <= MAX_EDIT_BYTES {
+            text_of(file, &path).ok()
+        } else {
+            None
+        };
+        (text.map(Some), Some(meta.mode()))
     } else {
-        None
+        (Some(None), None)
     };
-    file.seek(std::io::SeekFrom::Start(0))
-        .and_then(|_| file.set_len(0))
-        .and_then(|()| file.write_all(content.as_bytes()))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if ctx.shown.is_some() {
+        let now = old.as_ref().ok_or_else(|| changed_since_shown(&path))?;
+        still_as_shown(ctx, &path, now.as_deref())?;
+    }
+    replace_whole(&dir, &name, content.as_bytes(), mode, !existed).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => format!(
+            "cannot write {}: a file appeared there while it was being written",
+            path.display()
+        ),
+        _ => format!("cannot write {}: {e}", path.display()),
+    })?;
     let mut structured = json!({"bytes": content.len()});
     if let Some(old) = old {
         let diff = FileDiff::between(&path.to_string_lossy(), old.as_deref(), content);

@@ -467,24 +467,102 @@ async fn read_capped(
     let mut kept = Vec::new();
     let mut truncated = false;
     let mut buf = [0u8; 8192];
+    let mut lines = heard.map(Lines::new);
     loop {
-        match pipe.read(&mut buf).await {
+        let read = match &mut lines {
+            Some(lines) if !lines.pending.is_empty() => {
+                match tokio::time::timeout(QUIET, pipe.read(&mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => {
+                        lines.flush(false);
+                        continue;
+                    }
+                }
+            }
+            _ => pipe.read(&mut buf).await,
+        };
+        match read {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let room = limit.saturating_sub(kept.len());
                 if n > room {
                     truncated = true;
                 }
-                if let Some(heard) = &heard
+                if let Some(lines) = &mut lines
                     && room > 0
                 {
-                    heard(&String::from_utf8_lossy(&buf[..n.min(room)]));
+                    lines.push(&buf[..n.min(room)]);
                 }
                 kept.extend_from_slice(&buf[..n.min(room)]);
             }
         }
     }
+    if let Some(lines) = &mut lines {
+        lines.flush(true);
+    }
     (kept, truncated)
+}
+
+/// How long a partial line waits for its end before it is heard as it is.
+const QUIET: Duration = Duration::from_millis(500);
+/// The longest piece of a line without an end that waits for the rest.
+const LIVE_LINE: usize = 4096;
+
+/// What a command writes, heard in whole lines (protocol §4.19): a value to hide is
+/// seen whole by the scrubbing, and a character split between two reads arrives
+/// whole. A line without its end is heard after [`QUIET`], or in pieces of
+/// [`LIVE_LINE`] bytes.
+struct Lines {
+    pending: Vec<u8>,
+    heard: crate::tools::Heard,
+}
+
+impl Lines {
+    fn new(heard: crate::tools::Heard) -> Lines {
+        Lines {
+            pending: Vec::new(),
+            heard,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        let end = match self.pending.iter().rposition(|b| *b == b'\n') {
+            Some(i) => i + 1,
+            None if self.pending.len() >= LIVE_LINE => whole_chars(&self.pending),
+            None => return,
+        };
+        if end > 0 {
+            let rest = self.pending.split_off(end);
+            let text = std::mem::replace(&mut self.pending, rest);
+            (self.heard)(&String::from_utf8_lossy(&text));
+        }
+    }
+
+    /// Hands on what waits: up to its last whole character, or `all` of it (the
+    /// stream ended).
+    fn flush(&mut self, all: bool) {
+        let end = if all {
+            self.pending.len()
+        } else {
+            whole_chars(&self.pending)
+        };
+        let rest = self.pending.split_off(end);
+        let text = std::mem::replace(&mut self.pending, rest);
+        if !text.is_empty() {
+            (self.heard)(&String::from_utf8_lossy(&text));
+        }
+    }
+}
+
+/// How much of `bytes` ends on a whole UTF-8 character (invalid bytes count as
+/// whole: they are shown replaced).
+fn whole_chars(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => bytes.len(),
+    }
 }
 
 fn kill_group(pgid: i32, signal: libc::c_int) {
@@ -630,6 +708,28 @@ fn is_wrapper(pid: i32) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn r4_19_output_is_heard_in_whole_lines_and_whole_characters() {
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink = heard.clone();
+        let mut lines = Lines::new(std::sync::Arc::new(move |t: &str| {
+            sink.lock().unwrap().push(t.to_string());
+        }));
+        lines.push(b"KEY=sk-sec");
+        lines.push(b"ret\nnext ");
+        // "é" split between two reads.
+        lines.push(b"caf\xc3");
+        lines.flush(false);
+        lines.push(b"\xa9\n");
+        lines.push(b"tail");
+        lines.flush(true);
+        assert_eq!(
+            *heard.lock().unwrap(),
+            ["KEY=sk-secret\n", "next caf", "\u{e9}\n", "tail"]
+        );
+    }
+
     use super::*;
     use crate::tools::StopSignals;
     use pretty_assertions::assert_eq;

@@ -174,6 +174,35 @@ fn passwd_home() -> Option<PathBuf> {
     }
 }
 
+/// Every place [`locate`] guards wherever the session is — the credential
+/// locations, Steward's data directory and its settings — as named and as
+/// resolved (`/` for one that leads who knows where): for a search, which judges
+/// the many paths it finds beneath one located root by prefix alone.
+pub fn guarded_places(ctx: &ToolContext) -> Vec<PathBuf> {
+    let mut places = Vec::new();
+    let mut add = |place: &Path| match leads_to(place) {
+        Some(real) => {
+            places.push(lexical(place));
+            places.push(real);
+        }
+        None => places.push(PathBuf::from("/")),
+    };
+    for home in homes() {
+        for home in [lexical(&home), canonical(&home)] {
+            for c in CREDENTIALS {
+                add(&home.join(c));
+            }
+        }
+    }
+    if let Some(data) = &ctx.data_dir {
+        add(data);
+    }
+    for settings in &ctx.config.settings {
+        add(settings);
+    }
+    places
+}
+
 /// Locates `path` for a call in `ctx` (see the module's documentation).
 pub fn locate(ctx: &ToolContext, path: &str) -> Result<Located, String> {
     locate_in(ctx, path, &homes())
@@ -418,6 +447,7 @@ mod tests {
             config: ToolsConfig::default(),
             data_dir: None,
             approved: None,
+            shown: None,
             client: None,
         }
     }

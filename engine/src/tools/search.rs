@@ -3,13 +3,21 @@
 //! ripgrep's own crates — `.gitignore` (and `.ignore`) honoured, hidden files
 //! skipped, links not followed — results sorted and capped.
 //!
-//! A search never reaches what a file tool would have to ask about: a path outside
-//! the session's directory is refused, and a file in a credential location,
-//! Steward's data directory or its configuration, or with other hard links, is
-//! skipped (each file is located as a file tool locates it, and opened exactly as
-//! `read_file` opens it).
+//! A search reaches nothing a file tool would have to ask about unasked: a root
+//! outside the session's directory asks, as `read_file` would (the session's
+//! directory itself, when it has no boundary — `/`, a home or above one); a root in
+//! a credential location, Steward's data directory or its configuration is refused;
+//! and beneath the root, a file in one of those, or with other hard links, is
+//! skipped. The root is located and opened exactly as a file tool's path is; the
+//! files beneath it are found without following a link, judged by their path, and
+//! opened beneath the root's directory one component at a time, following none.
 
-use std::path::{Path, PathBuf};
+use std::fs::Metadata;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::fs::{Dir, OpenOptionsExt};
 
 use serde_json::{Value, json};
 
@@ -38,45 +46,170 @@ pub struct Grep;
 pub struct Glob;
 
 /// The directory (or file) a search starts from: `path`, or the session's
-/// directory, which it must lie beneath.
+/// directory. One outside the session's directory asks; one in a place guarded
+/// wherever the session is, is refused.
 fn start(ctx: &ToolContext, path: Option<&str>) -> Result<reach::Located, String> {
     let located = reach::locate(ctx, path.unwrap_or("."))?;
     match located.guard {
-        None => Ok(located),
+        None | Some(reach::Guard::Outside) => Ok(located),
         Some(guard) => Err(format!(
-            "{} is {}: searches stay beneath the session directory (read_file and list_dir ask for more)",
+            "{} is {}: a search never looks there (read_file asks for one file)",
             located.path.display(),
             guard.describe()
         )),
     }
 }
 
-/// The files beneath `root` a search may look at, sorted: `.gitignore`d, hidden
-/// and linked ones left out, and so is anything a file tool would have to ask
-/// about.
-fn files(ctx: &ToolContext, root: &Path) -> (Vec<PathBuf>, bool) {
-    let mut walk = ignore::WalkBuilder::new(root);
-    walk.standard_filters(true)
-        .require_git(false)
-        .follow_links(false)
-        .sort_by_file_path(|a, b| a.cmp(b));
-    let mut out = Vec::new();
-    let mut capped = false;
-    for entry in walk.build().flatten() {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        if out.len() == MAX_SEARCHED {
-            capped = true;
-            break;
-        }
-        let path = entry.into_path();
-        match reach::locate(ctx, &path.to_string_lossy()) {
-            Ok(located) if located.guard.is_none() => out.push(located.path),
-            _ => {}
-        }
+/// What a search may look at beneath its root, and how it opens it.
+struct Beneath {
+    root: PathBuf,
+    /// The places guarded wherever the session is ([`reach::guarded_places`]).
+    places: Vec<PathBuf>,
+    /// The root's directory (its parent, for a file), opened exactly.
+    top: (PathBuf, Dir),
+    /// The directory of the last file opened.
+    last: Option<(PathBuf, Dir)>,
+    /// Files left out: larger than [`MAX_FILE_BYTES`], not text, or with other
+    /// hard links.
+    skipped: usize,
+}
+
+impl Beneath {
+    /// `root` checked for a run (an approval binds it as a file tool's path), and
+    /// opened.
+    fn new(ctx: &ToolContext, path: Option<&str>) -> Result<Beneath, String> {
+        start(ctx, path)?;
+        let root = reach::located_for_run(ctx, path.unwrap_or("."))?;
+        let meta = std::fs::metadata(&root.path)
+            .map_err(|e| format!("cannot search {}: {e}", root.path.display()))?;
+        let top = if meta.is_dir() {
+            root.path.clone()
+        } else {
+            root.path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default()
+        };
+        let dir = reach::open_dir(ctx, &top, false)?;
+        Ok(Beneath {
+            root: root.path,
+            places: reach::guarded_places(ctx),
+            top: (top, dir),
+            last: None,
+            skipped: 0,
+        })
     }
-    (out, capped)
+
+    fn guarded(&self, path: &Path) -> bool {
+        self.places.iter().any(|p| path.starts_with(p))
+    }
+
+    /// The files beneath the root a search may look at, sorted: `.gitignore`d,
+    /// hidden and linked ones left out, and so is anything in a guarded place. The
+    /// walk follows no link, so every path it finds is where it lands.
+    fn files(&self) -> (Vec<PathBuf>, bool) {
+        let mut walk = ignore::WalkBuilder::new(&self.root);
+        walk.standard_filters(true)
+            .require_git(false)
+            .follow_links(false)
+            .sort_by_file_path(|a, b| a.cmp(b));
+        let mut out = Vec::new();
+        let mut capped = false;
+        for entry in walk.build().flatten() {
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
+            }
+            if out.len() == MAX_SEARCHED {
+                capped = true;
+                break;
+            }
+            let path = entry.into_path();
+            if !self.guarded(&path) {
+                out.push(path);
+            }
+        }
+        (out, capped)
+    }
+
+    /// The text of `path` (found beneath the root), opened beneath the root's
+    /// directory following no link, or why it is left out.
+    fn text(&mut self, path: &Path) -> Result<String, String> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(format!("{} is not a file", path.display()));
+        };
+        let cached = self.last.as_ref().is_some_and(|(p, _)| p == parent);
+        if !cached {
+            let below = parent
+                .strip_prefix(&self.top.0)
+                .map_err(|_| format!("{} is not beneath the search", path.display()))?;
+            let mut dir = self.top.1.try_clone().map_err(|e| e.to_string())?;
+            for component in below.components() {
+                let Component::Normal(name) = component else {
+                    return Err(format!("{} is not resolved", path.display()));
+                };
+                dir = cap_fs_ext::DirExt::open_dir_nofollow(&dir, name)
+                    .map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
+            }
+            self.last = Some((parent.to_path_buf(), dir));
+        }
+        let Some((_, dir)) = &self.last else {
+            return Err(format!("cannot open {}", parent.display()));
+        };
+        let file = dir
+            .open_with(
+                name,
+                cap_std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK),
+            )
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .into_std();
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let refused = refusal(path, &meta);
+        if crate::store::pinned::is_open_here(&meta) {
+            // Closing a descriptor of the database drops its locks (protocol §2.8).
+            crate::store::pinned::keep(file);
+            return Err(format!("{} is Steward's database", path.display()));
+        }
+        if let Some(refused) = refused {
+            self.skipped += 1;
+            return Err(refused);
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        String::from_utf8(bytes).map_err(|_| {
+            self.skipped += 1;
+            format!(
+                "{} is not UTF-8 text: grep does not search it",
+                path.display()
+            )
+        })
+    }
+}
+
+/// Why a file opened for a search is left out, if it is.
+fn refusal(path: &Path, meta: &Metadata) -> Option<String> {
+    if !meta.is_file() {
+        Some(format!("{} is not a regular file", path.display()))
+    } else if meta.nlink() > 1 {
+        Some(format!(
+            "{} is {}: a search never reads it (read_file asks)",
+            path.display(),
+            reach::Guard::HardLinks.describe()
+        ))
+    } else if meta.len() > MAX_FILE_BYTES {
+        Some(format!(
+            "{} is {} bytes, more than the {MAX_FILE_BYTES} grep searches in one file",
+            path.display(),
+            meta.len()
+        ))
+    } else {
+        None
+    }
 }
 
 /// `path` as the results show it: relative to the session's directory.
@@ -97,10 +230,25 @@ fn optional<'a>(input: &'a Value, name: &str) -> Result<Option<&'a str>, String>
     }
 }
 
+/// An optional boolean argument.
+fn flag(input: &Value, name: &str) -> Result<bool, String> {
+    match input.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(format!("invalid arguments: `{name}` must be true or false")),
+    }
+}
+
 fn assess_search(ctx: &ToolContext, input: &Value) -> Result<Assessment, String> {
     string_arg(input, "pattern")?;
-    start(ctx, optional(input, "path")?)?;
-    Ok(Assessment::default())
+    let root = start(ctx, optional(input, "path")?)?;
+    if std::fs::symlink_metadata(&root.path).is_err() {
+        return Err(format!("{} does not exist", root.path.display()));
+    }
+    Ok(Assessment {
+        guarded: root.guarded(),
+        diff: None,
+    })
 }
 
 /// Runs `f` on a thread of its own, off the async threads (a search walks and
@@ -150,10 +298,7 @@ impl Tool for Grep {
 fn grep(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
     use grep_searcher::{BinaryDetection, SearcherBuilder, sinks::UTF8};
     let pattern = string_arg(input, "pattern")?;
-    let insensitive = input
-        .get("case_insensitive")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let insensitive = flag(input, "case_insensitive")?;
     let matcher = grep_regex::RegexMatcherBuilder::new()
         .case_insensitive(insensitive)
         .build(pattern)
@@ -167,8 +312,9 @@ fn grep(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
                 .map_err(|e| format!("invalid glob: {e}"))
         })
         .transpose()?;
-    let root = start(ctx, optional(input, "path")?)?;
-    let (files, capped_files) = files(ctx, &root.path);
+    let mut beneath = Beneath::new(ctx, optional(input, "path")?)?;
+    let named_file = !beneath.root.is_dir();
+    let (files, capped_files) = beneath.files();
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
         .line_number(true)
@@ -184,17 +330,17 @@ fn grep(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
         {
             continue;
         }
-        let Ok(located) = reach::located_for_run(ctx, &file.to_string_lossy()) else {
-            continue;
-        };
-        let Ok(text) = super::fs::current_text(ctx, &located, MAX_FILE_BYTES) else {
-            continue;
+        let text = match beneath.text(&file) {
+            Ok(text) => text,
+            // The one file asked for says why it was not searched.
+            Err(why) if named_file => return Err(why),
+            Err(_) => continue,
         };
         searched += 1;
         let mut found = Vec::new();
         let _ = searcher.search_slice(
             &matcher,
-            text.unwrap_or_default().as_bytes(),
+            text.as_bytes(),
             UTF8(|line, text| {
                 found.push((line, text.trim_end_matches(['\n', '\r']).to_string()));
                 Ok(found.len() <= MAX_MATCHES)
@@ -224,12 +370,20 @@ fn grep(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
     if capped_files {
         output.push_str(&format!("\n[searched the first {MAX_SEARCHED} files only]"));
     }
+    if beneath.skipped > 0 {
+        output.push_str(&format!(
+            "\n[{} file{} not searched: larger than {} MiB, not UTF-8 text, or with other hard links]",
+            beneath.skipped,
+            if beneath.skipped == 1 { "" } else { "s" },
+            MAX_FILE_BYTES >> 20
+        ));
+    }
     let (output, truncated) = crate::tools::cap_output(output, ctx.config.output_limit_bytes);
     Ok(ToolOutput::Completed {
         output,
         structured: Some(json!({
-            "matches": count, "files_searched": searched, "capped": capped || capped_files,
-            "truncated": truncated
+            "matches": count, "files_searched": searched, "files_skipped": beneath.skipped,
+            "capped": capped || capped_files, "truncated": truncated
         })),
     })
 }
@@ -271,12 +425,18 @@ fn glob(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
         .build()
         .map_err(|e| format!("invalid glob: {e}"))?
         .compile_matcher();
-    let root = start(ctx, optional(input, "path")?)?;
-    let (files, capped_files) = files(ctx, &root.path);
+    let beneath = Beneath::new(ctx, optional(input, "path")?)?;
+    if !beneath.root.is_dir() {
+        return Err(format!(
+            "{} is a file: glob lists from a directory",
+            beneath.root.display()
+        ));
+    }
+    let (files, capped_files) = beneath.files();
     let mut found = Vec::new();
     let mut capped = false;
     for file in files {
-        let relative = file.strip_prefix(&root.path).unwrap_or(&file);
+        let relative = file.strip_prefix(&beneath.root).unwrap_or(&file);
         if matcher.is_match(relative) {
             if found.len() == MAX_FILES {
                 capped = true;
@@ -321,6 +481,7 @@ mod tests {
             config: ToolsConfig::default(),
             data_dir: None,
             approved: None,
+            shown: None,
             client: None,
         }
     }
@@ -400,9 +561,36 @@ mod tests {
             ..ctx_in(&work)
         };
         let out = call(&Grep, &ctx, json!({"pattern": "token"})).await;
-        assert_eq!(out, "notes.txt:1:token=mine");
+        assert_eq!(
+            out,
+            "notes.txt:1:token=mine\n[1 file not searched: larger than 4 MiB, not UTF-8 text, or with other hard links]"
+        );
+        // Named, the hard link says why it is not searched.
+        let out = call(&Grep, &ctx, json!({"pattern": "token", "path": "hard.txt"})).await;
+        assert!(out.contains("other hard links"), "{out}");
+        // A root outside asks (as read_file would); unasked, it is refused.
+        let asked = Grep
+            .assess(&ctx, &json!({"pattern": "token", "path": "out"}))
+            .unwrap();
+        assert_eq!(asked.guarded.unwrap().guard, reach::Guard::Outside);
         let out = call(&Grep, &ctx, json!({"pattern": "token", "path": "out"})).await;
         assert!(out.contains("outside the session directory"), "{out}");
+        // A root in a guarded place is refused even when asked about.
+        let refused = Grep
+            .assess(&ctx, &json!({"pattern": "token", "path": "data"}))
+            .unwrap_err();
+        assert!(refused.contains("never looks there"), "{refused}");
+        let missing = Grep
+            .assess(&ctx, &json!({"pattern": "token", "path": "nowhere"}))
+            .unwrap_err();
+        assert!(missing.contains("does not exist"), "{missing}");
+        let out = call(
+            &Grep,
+            &ctx,
+            json!({"pattern": "t", "case_insensitive": "yes"}),
+        )
+        .await;
+        assert!(out.contains("must be true or false"), "{out}");
         let out = call(
             &Glob,
             &ctx,

@@ -38,10 +38,10 @@ impl Permission for ClientPermission {
             }
             // An edit is asked about with what it would change, where.
             if let Some(diff) = &request.diff {
-                content.push(updates::diff_content(diff));
+                content.extend(updates::diff_content(diff));
                 fields = fields.locations(vec![
                     agent_client_protocol_schema::v1::ToolCallLocation::new(diff.path.clone())
-                        .line(diff.line),
+                        .line(diff.changed_line()),
                 ]);
             } else if let Some(guarded) = &request.guarded {
                 fields = fields.locations(vec![

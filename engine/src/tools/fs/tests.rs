@@ -19,6 +19,7 @@ fn ctx_in(dir: &Path) -> ToolContext {
         config: ToolsConfig::default(),
         data_dir: None,
         approved: None,
+        shown: None,
         client: None,
     }
 }
@@ -512,4 +513,125 @@ fn r2_7_what_a_tool_hands_back_never_carries_the_provider_key() {
     let read = format!("PATH={value}\nHOME=/x\n");
     let scrubbed = crate::tools::scrub_secrets(read, &["PATH".to_string()]);
     assert_eq!(scrubbed, "PATH=<redacted>\nHOME=/x\n");
+}
+
+#[tokio::test]
+async fn r4_19_an_approved_write_finds_the_file_as_the_question_showed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "as shown\n").unwrap();
+    let asked = WriteFile
+        .assess(
+            &ctx_in(dir.path()),
+            &json!({"path": "notes.txt", "content": "new\n"}),
+        )
+        .unwrap();
+    let shown = asked.diff.unwrap().basis;
+    let ctx = ToolContext {
+        shown: shown.clone(),
+        ..ctx_in(dir.path())
+    };
+    // Changed after the question: refused, untouched.
+    std::fs::write(&file, "precious work\n").unwrap();
+    let refused = failure(
+        call(
+            &WriteFile,
+            &ctx,
+            json!({"path": "notes.txt", "content": "new\n"}),
+        )
+        .await,
+    );
+    assert!(
+        refused.contains("changed after the permission question"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious work\n");
+    // As shown: written.
+    std::fs::write(&file, "as shown\n").unwrap();
+    let written = call(
+        &WriteFile,
+        &ctx,
+        json!({"path": "notes.txt", "content": "new\n"}),
+    )
+    .await;
+    assert!(
+        matches!(written, ToolOutput::Completed { .. }),
+        "{written:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "new\n");
+    // A question that showed no file binds to no file.
+    let ctx = ToolContext {
+        shown: Some(crate::tools::Basis::Absent),
+        ..ctx_in(dir.path())
+    };
+    let refused = failure(
+        call(
+            &WriteFile,
+            &ctx,
+            json!({"path": "notes.txt", "content": "other\n"}),
+        )
+        .await,
+    );
+    assert!(
+        refused.contains("changed after the permission question"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "new\n");
+}
+
+#[tokio::test]
+async fn r4_19_a_write_replaces_the_file_whole_keeping_its_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.sh");
+    std::fs::write(&file, "#!/bin/sh\necho old\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let before = std::fs::metadata(&file).unwrap().ino();
+    let written = call(
+        &WriteFile,
+        &ctx_in(dir.path()),
+        json!({"path": "run.sh", "content": "#!/bin/sh\necho new\n"}),
+    )
+    .await;
+    assert!(
+        matches!(written, ToolOutput::Completed { .. }),
+        "{written:?}"
+    );
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_ne!(
+        meta.ino(),
+        before,
+        "a new file was put in place, not the old one cut"
+    );
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o750);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "#!/bin/sh\necho new\n"
+    );
+    // Nothing is left beside it.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["run.sh"]);
+    // A file the user may not write is refused, as it was.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o440)).unwrap();
+    if is_root() {
+        return;
+    }
+    let refused = failure(
+        call(
+            &WriteFile,
+            &ctx_in(dir.path()),
+            json!({"path": "run.sh", "content": "x"}),
+        )
+        .await,
+    );
+    assert!(refused.contains("Permission denied"), "{refused}");
+}
+
+#[allow(unsafe_code)]
+fn is_root() -> bool {
+    // SAFETY: plain syscall with no arguments.
+    unsafe { libc::geteuid() == 0 }
 }

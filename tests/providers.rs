@@ -421,15 +421,23 @@ fn r4_17_a_session_keeps_its_provider_and_model() {
     // Its own model runs it.
     let output = run(&["--script", &first, "run", "--session", &session, "three"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
-    // The user chooses another: recorded as such, and it runs from there.
+    // The user chooses another — with the flags after the command, as the refusal
+    // suggests: recorded as such, and it runs from there.
+    assert!(
+        stderr(&refused).contains(&format!(
+            "`steward run --session {session} --provider … --model …`"
+        )),
+        "{}",
+        stderr(&refused)
+    );
     let output = run(&[
+        "run",
+        "--session",
+        &session,
         "--script",
         &other,
         "--model",
         "other",
-        "run",
-        "--session",
-        &session,
         "four",
     ]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
@@ -483,6 +491,17 @@ fn r4_17_a_continuation_waits_for_a_process_with_its_model() {
     assert_eq!(report["wakes"]["redriven"], 0, "{report}");
     let inspect: Value = serde_json::from_slice(&env.run(&["inspect", "--json"]).stdout).unwrap();
     assert_eq!(inspect["wakes"].as_array().unwrap().len(), 1, "{inspect}");
+    // Told in words: the session, and the model it waits for — not this process's.
+    let session = only_session(&env);
+    let told = env.run(&["recover"]);
+    assert_eq!(code(&told), 0, "{}", stderr(&told));
+    assert!(
+        stdout(&told).contains(
+            "wakes: 1 session waits for a provider and model this process does not have (it runs scripted/demo)"
+        ) && stdout(&told).contains(&format!("  {session} waits for scripted/slow\n")),
+        "{}",
+        stdout(&told)
+    );
     // A process with it continues the session.
     let own = env
         .cmd()
@@ -490,7 +509,6 @@ fn r4_17_a_continuation_waits_for_a_process_with_its_model() {
         .output()
         .unwrap();
     assert_eq!(code(&own), 0, "{}", stderr(&own));
-    let session = only_session(&env);
     let messages = show(&env, &session)["messages"].to_string();
     assert!(messages.contains("Carried on."), "{messages}");
 }

@@ -37,27 +37,30 @@ mod exit {
 /// launch reconciles what was interrupted, never runs a tool or provider call twice,
 /// and carries the agent on. With no command, Steward opens its terminal interface:
 /// sessions, the transcript, a prompt, and the inspector (press ? for the keys).
+///
+/// The options below go before or after the command.
 #[derive(Debug, Parser)]
 #[command(name = "steward", version)]
 struct Cli {
     /// Where the database, owner locks and (with this flag) logs live.
-    #[arg(long, env = "STEWARD_DATA_DIR", value_name = "DIR")]
+    #[arg(long, env = "STEWARD_DATA_DIR", value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
     /// The TOML config file (default: <config dir>/config.toml; missing = defaults).
-    #[arg(long, env = "STEWARD_CONFIG", value_name = "FILE")]
+    #[arg(long, env = "STEWARD_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
-    /// The provider: `scripted` (built in, offline) or `openai`.
-    #[arg(long, value_name = "NAME")]
+    /// The provider: `scripted` (built in, offline), `openai`, `anthropic` or
+    /// `ollama`.
+    #[arg(long, value_name = "NAME", global = true)]
     provider: Option<String>,
     /// The model name sent to the provider.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", global = true)]
     model: Option<String>,
     /// The scripted provider's TOML script (default: the built-in demo).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     script: Option<PathBuf>,
     /// Let the terminal interface capture the mouse (off by default, so the
     /// terminal's own selection and scrolling keep working).
-    #[arg(long)]
+    #[arg(long, global = true)]
     mouse: bool,
     #[command(subcommand)]
     command: Option<Command>,

@@ -167,9 +167,9 @@ impl Coordinator {
         *self.inner.expired.lock().unwrap_or_else(|e| e.into_inner()) = Some(handler);
     }
 
-    /// Whether this process has the provider and model `session_id` runs on
-    /// (protocol §4.17).
-    pub async fn runs_here(&self, session_id: &str) -> crate::Result<bool> {
+    /// The provider and model `session_id` runs on (`provider/model`) when this
+    /// process does not have them (protocol §4.17); `None` when it runs here.
+    pub async fn waits_for(&self, session_id: &str) -> crate::Result<Option<String>> {
         let id = session_id.to_string();
         let model = self
             .inner
@@ -177,7 +177,12 @@ impl Coordinator {
             .db
             .read(move |conn| sessions::model_of(conn, &id))
             .await?;
-        Ok(crate::runner::provider_for(&self.inner.services.provider, session_id, model).is_ok())
+        Ok(
+            match crate::runner::provider_for(&self.inner.services.provider, session_id, model) {
+                Err(Error::ProviderUnavailable { wanted, .. }) => Some(wanted),
+                _ => None,
+            },
+        )
     }
 
     /// Runs `session` now, or rings its running execution.

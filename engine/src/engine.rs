@@ -41,6 +41,9 @@ pub struct Redrive {
     pub report: WakeReport,
     /// Sessions woken, in order.
     pub sessions: Vec<String>,
+    /// Sessions left waiting, each with the provider and model it runs on
+    /// (`provider/model`), which this process does not have (protocol §4.17).
+    pub waiting: Vec<(String, String)>,
 }
 
 /// What [`Engine::continue_execution`] did.

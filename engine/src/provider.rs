@@ -233,7 +233,7 @@ pub trait Provider: Send + Sync + fmt::Debug {
     fn with_model(&self, model: &str) -> Option<Arc<dyn Provider>>;
 }
 
-/// The provider named by the config: `scripted` or `openai`.
+/// The provider named by the config: `scripted`, `openai`, `anthropic` or `ollama`.
 pub fn from_config(config: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
     match config.name.as_str() {
         "scripted" => {

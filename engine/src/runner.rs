@@ -184,6 +184,10 @@ pub struct Execution {
     pending_text: Option<(String, String, String)>,
     /// The MCP tools the current step offered, by offered name.
     offered: std::collections::BTreeMap<String, Arc<dyn crate::tools::Tool>>,
+    /// A compaction failed in this turn: it is not tried again before the next.
+    compaction_failed: bool,
+    /// Why the last compaction failed, told with the next step that ends.
+    compaction_warning: Option<String>,
 }
 
 impl Execution {
@@ -208,6 +212,8 @@ impl Execution {
             current_message: None,
             pending_text: None,
             offered: Default::default(),
+            compaction_failed: false,
+            compaction_warning: None,
         }
     }
 
@@ -235,6 +241,8 @@ impl Execution {
         let mut scope = first;
         let mut failure: Option<String> = None;
         loop {
+            // A new turn: a compaction that failed in the last one may be tried again.
+            self.compaction_failed = false;
             // At rest (nothing promoted yet), a compaction reaches `safe`: a crash right
             // after it loses nothing, since pending inputs keep their wakes.
             let messages = self.messages().await?;

@@ -24,6 +24,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
     let permission = Arc::new(Headless { allow_all: false });
     runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
+        let mut waiting = Vec::new();
         // Claims that expire while the woken sessions run are reconciled on a timer.
         engine.start_background(Redriving::Nothing);
         if !json {
@@ -32,6 +33,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
         if !no_wake {
             let redrive = engine.redrive_wakes().await?;
             report.wakes = redrive.report;
+            waiting = redrive.waiting;
             if !ctx.config.recovery.auto_continue {
                 say!(
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
@@ -66,13 +68,19 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 report.wakes.failed,
                 report.wakes.quarantined
             );
-            if report.wakes.waiting > 0 {
+            if !waiting.is_empty() {
+                let (n, one) = (waiting.len(), waiting.len() == 1);
                 out!(
-                    "wakes: {} session{} wait for a provider and model this process does not have ({}): relaunch with theirs, or choose this one for them",
-                    report.wakes.waiting,
-                    if report.wakes.waiting == 1 { "" } else { "s" },
-                    engine.model()
+                    "wakes: {n} session{} wait{} for a provider and model this process does not have (it runs {}): relaunch with {}, or choose this one for {} (`steward run --session ID --provider … --model …`)",
+                    if one { "" } else { "s" },
+                    if one { "s" } else { "" },
+                    engine.model(),
+                    if one { "its own" } else { "theirs" },
+                    if one { "it" } else { "them" },
                 );
+                for (session, model) in &waiting {
+                    out!("  {session} waits for {model}");
+                }
             }
         }
         // A wake that did not run to its end (a full disk, a session held

@@ -283,14 +283,16 @@ pub(super) async fn redrive(
     let mut redriven = 0;
     // A session whose provider this process does not have keeps its wakes for one
     // that has it (protocol §4.17): nothing is started, nothing counted.
-    let mut waiting: Vec<String> = Vec::new();
+    let mut waiting: Vec<(String, String)> = Vec::new();
+    let waits =
+        |waiting: &[(String, String)], session: &str| waiting.iter().any(|(s, _)| s == session);
     if auto_continue {
         for candidate in candidates.iter().filter(|c| wanted(&c.session_id)) {
-            if waiting.contains(&candidate.session_id) {
+            if waits(&waiting, &candidate.session_id) {
                 continue;
             }
-            if !coordinator.runs_here(&candidate.session_id).await? {
-                waiting.push(candidate.session_id.clone());
+            if let Some(model) = coordinator.waits_for(&candidate.session_id).await? {
+                waiting.push((candidate.session_id.clone(), model));
                 continue;
             }
             let wake = coordinator.wake(
@@ -309,13 +311,13 @@ pub(super) async fn redrive(
     for session_id in db.read(sessions::with_pending_input_wakes).await? {
         if !wanted(&session_id)
             || started.contains(&session_id)
-            || waiting.contains(&session_id)
+            || waits(&waiting, &session_id)
             || coordinator.is_running(&session_id)
         {
             continue;
         }
-        if !coordinator.runs_here(&session_id).await? {
-            waiting.push(session_id);
+        if let Some(model) = coordinator.waits_for(&session_id).await? {
+            waiting.push((session_id, model));
             continue;
         }
         if coordinator.wake(&session_id, Scope::Queued) != Wake::Refused {
@@ -330,5 +332,6 @@ pub(super) async fn redrive(
             waiting: waiting.len(),
         },
         sessions: started,
+        waiting,
     })
 }

@@ -10,8 +10,9 @@
 //! `content_block_start` / `_delta` / `_stop` for `text`, `tool_use` (its JSON
 //! accumulated and parsed at the block's stop), `thinking` (with its signature) and
 //! `redacted_thinking`, `message_delta` (stop reason, output usage), `message_stop`,
-//! `ping`; unknown events are ignored. An `error` event ends the step with that
-//! error, retryable when nothing was streamed yet and it is the server's load.
+//! `ping` (which is not progress for the idle bound, protocol §4.15); unknown
+//! events are ignored. An `error` event ends the step with that error, retryable
+//! when nothing was streamed yet and it is the server's load.
 
 use std::collections::BTreeMap;
 
@@ -83,8 +84,15 @@ impl AnthropicProvider {
     }
 
     /// The request body (protocol §4.18).
+    ///
+    /// A request without tools (a compaction's) cannot carry `tool_use` or
+    /// `tool_result` blocks — the API refuses them unless tools are defined — so
+    /// there the calls and their results are told as text. Reasoning without a
+    /// signature (another provider's thinking, which the API would refuse) is not
+    /// sent back.
     pub fn body(&self, request: &ProviderRequest) -> Value {
         let cache = json!({"type": "ephemeral"});
+        let tool_blocks = !request.tools.is_empty();
         let mut system = Vec::new();
         let mut messages: Vec<Value> = Vec::new();
         // Consecutive user content (tool results, then a note or a prompt) is one
@@ -100,6 +108,10 @@ impl AnthropicProvider {
                 ChatMessage::System(text) => system.push(text.as_str()),
                 ChatMessage::User(text) => {
                     user_block(&mut messages, json!({"type": "text", "text": text}));
+                }
+                ChatMessage::ToolResult { tool, content, .. } if !tool_blocks => {
+                    let told = format!("[result of {tool}: {content}]");
+                    user_block(&mut messages, json!({"type": "text", "text": told}));
                 }
                 ChatMessage::ToolResult {
                     call_id,
@@ -121,16 +133,30 @@ impl AnthropicProvider {
                 } => {
                     let mut content: Vec<Value> = reasoning
                         .iter()
-                        .map(|r| match &r.redacted {
-                            Some(data) => json!({"type": "redacted_thinking", "data": data}),
-                            None => json!({"type": "thinking", "thinking": r.text,
-                                           "signature": r.signature.clone().unwrap_or_default()}),
+                        .filter_map(|r| match (&r.redacted, &r.signature) {
+                            (Some(data), _) if !data.is_empty() => {
+                                Some(json!({"type": "redacted_thinking", "data": data}))
+                            }
+                            (None, Some(signature)) if !signature.is_empty() => {
+                                Some(json!({"type": "thinking", "thinking": r.text,
+                                            "signature": signature}))
+                            }
+                            _ => None,
                         })
                         .collect();
-                    if !text.is_empty() {
-                        content.push(json!({"type": "text", "text": text}));
+                    let mut said = text.clone();
+                    if !tool_blocks {
+                        for call in tool_calls {
+                            if !said.is_empty() {
+                                said.push_str("\n\n");
+                            }
+                            said.push_str(&format!("[called {} with {}]", call.tool, call.input));
+                        }
                     }
-                    for call in tool_calls {
+                    if !said.is_empty() {
+                        content.push(json!({"type": "text", "text": said}));
+                    }
+                    for call in tool_calls.iter().filter(|_| tool_blocks) {
                         // Arguments that never parsed are sent as an empty object:
                         // the call's result already says they were invalid.
                         let input = match &call.input {
@@ -205,10 +231,9 @@ impl Provider for AnthropicProvider {
         let key = self.api_key.clone();
         let limits = self.limits;
         ProviderStream::spawn(move |tx| async move {
-            let scrubber = Scrubber::new(key.as_deref());
-            if let Err(mut error) = run(http, &tx, key.as_deref(), limits).await {
-                error.message = scrubber.scrub(&error.message);
-                tx.send(Err(error)).await;
+            let mut scrubber = Scrubber::new(key.as_deref());
+            if let Err(error) = run(http, &tx, &mut scrubber, limits).await {
+                http::fail(&tx, &mut scrubber, error).await;
             }
         })
     }
@@ -227,6 +252,9 @@ enum Block {
     ToolUse {
         id: String,
         name: String,
+        /// The input the block started with, used when no `input_json_delta`
+        /// follows.
+        input: Value,
         json: String,
     },
     Thinking {
@@ -245,25 +273,28 @@ struct Answer {
     usage: Usage,
     finish: Option<Finish>,
     warnings: Vec<String>,
+    /// Bytes of text, thinking and signatures taken so far (protocol §4.15).
     answered: usize,
 }
 
-/// Streams one answer; everything the server sends back is scrubbed of `secret`.
+/// Streams one answer; everything the server sends back is scrubbed of the key.
+/// The idle bound (protocol §4.15) times events that carry something: a `ping` is
+/// not progress.
 async fn run(
     http: reqwest::RequestBuilder,
     tx: &StreamSender,
-    secret: Option<&str>,
+    scrubber: &mut Scrubber,
     limits: Limits,
 ) -> Result<(), ProviderError> {
     let response = http::send(http).await?;
     if !response.status().is_success() {
-        return Err(http::refusal(response, limits.error_body_bytes, secret).await);
+        return Err(http::refusal(response, limits.error_body_bytes, scrubber.secret()).await);
     }
     let mut events =
         limits::capped(response.bytes_stream(), limits.event_bytes, false).eventsource();
-    let mut scrubber = Scrubber::new(secret);
+    let mut idle = limits::Idle::new(limits.idle);
     let mut answer = Answer::default();
-    while let Some(event) = limits::next_within(&mut events, limits.idle).await? {
+    while let Some(event) = idle.next(&mut events).await? {
         let event = event.map_err(|e| match e {
             eventsource_stream::EventStreamError::Transport(e) => e,
             other => ProviderError::fatal(format!("the provider stream broke off: {other}")),
@@ -284,17 +315,20 @@ async fn run(
             "" | "message" => data["type"].as_str().unwrap_or("").to_string(),
             name => name.to_string(),
         };
-        for item in answer.absorb(&kind, &data, &mut scrubber, &limits)? {
+        if kind != "ping" {
+            idle.progress();
+        }
+        for item in answer.absorb(&kind, &data, scrubber, &limits)? {
             if !tx.send(Ok(item)).await {
                 return Ok(());
             }
         }
         if kind == "message_stop" {
-            return answer.finish(tx, &mut scrubber).await;
+            return answer.finish(tx, scrubber).await;
         }
     }
     if answer.finish.is_some() {
-        return answer.finish(tx, &mut scrubber).await;
+        return answer.finish(tx, scrubber).await;
     }
     Err(ProviderError::fatal(
         "the provider stream ended before the answer was complete",
@@ -326,17 +360,22 @@ impl Answer {
                     "tool_use" => Block::ToolUse {
                         id: block["id"].as_str().unwrap_or("").to_string(),
                         name: block["name"].as_str().unwrap_or("").to_string(),
+                        input: block["input"].clone(),
                         json: String::new(),
                     },
-                    "thinking" => Block::Thinking {
-                        text: block["thinking"].as_str().unwrap_or("").to_string(),
-                        signature: block["signature"]
-                            .as_str()
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_string),
-                    },
+                    "thinking" => {
+                        let text = block["thinking"].as_str().unwrap_or("");
+                        let signature = block["signature"].as_str().unwrap_or("");
+                        self.count(text.len() + signature.len(), limits)?;
+                        Block::Thinking {
+                            text: text.to_string(),
+                            signature: (!signature.is_empty()).then(|| signature.to_string()),
+                        }
+                    }
                     "redacted_thinking" => {
-                        Block::Redacted(block["data"].as_str().unwrap_or("").to_string())
+                        let data = block["data"].as_str().unwrap_or("");
+                        self.count(data.len(), limits)?;
+                        Block::Redacted(data.to_string())
                     }
                     _ => Block::Other,
                 };
@@ -361,28 +400,32 @@ impl Answer {
                         }
                     }
                     ("thinking_delta", Some(Block::Thinking { text, .. })) => {
-                        text.push_str(delta["thinking"].as_str().unwrap_or(""));
-                        if text.len() > limits.answer_bytes {
-                            return Err(Limits::exceeded(
-                                "a thinking block",
-                                limits.answer_bytes,
-                                "max_answer_bytes",
-                            ));
-                        }
+                        let more = delta["thinking"].as_str().unwrap_or("");
+                        text.push_str(more);
+                        self.count(more.len(), limits)?;
                     }
                     ("signature_delta", Some(Block::Thinking { signature, .. })) => {
-                        signature
-                            .get_or_insert_with(String::new)
-                            .push_str(delta["signature"].as_str().unwrap_or(""));
+                        let more = delta["signature"].as_str().unwrap_or("");
+                        signature.get_or_insert_with(String::new).push_str(more);
+                        self.count(more.len(), limits)?;
                     }
                     _ => {}
                 }
             }
             "content_block_stop" => match self.blocks.remove(&index) {
-                Some(Block::ToolUse { id, name, json }) => {
+                Some(Block::ToolUse {
+                    id,
+                    name,
+                    input,
+                    json,
+                }) => {
                     let json = scrubber.scrub(&json);
                     let input = if json.trim().is_empty() {
-                        Value::Object(Default::default())
+                        // No deltas: the input the block started with, if any.
+                        match input {
+                            Value::Object(_) => scrubber.scrub_value(input),
+                            _ => Value::Object(Default::default()),
+                        }
                     } else {
                         serde_json::from_str(&json).unwrap_or(Value::String(json))
                     };
@@ -405,7 +448,7 @@ impl Answer {
                 Some(Block::Thinking { text, signature }) => {
                     out.push(ProviderEvent::Reasoning(Reasoning {
                         text: scrubber.scrub(&text),
-                        signature,
+                        signature: signature.map(|s| scrubber.scrub(&s)),
                         redacted: None,
                     }));
                 }
@@ -413,7 +456,7 @@ impl Answer {
                     out.push(ProviderEvent::Reasoning(Reasoning {
                         text: String::new(),
                         signature: None,
-                        redacted: Some(data),
+                        redacted: Some(scrubber.scrub(&data)),
                     }));
                 }
                 Some(Block::Text | Block::Other) | None => {}
@@ -445,6 +488,20 @@ impl Answer {
         Ok(out)
     }
 
+    /// Counts `n` more bytes of the answer — text, thinking or a signature —
+    /// against its limit.
+    fn count(&mut self, n: usize, limits: &Limits) -> Result<(), ProviderError> {
+        self.answered += n;
+        if self.answered > limits.answer_bytes {
+            return Err(Limits::exceeded(
+                "an answer",
+                limits.answer_bytes,
+                "max_answer_bytes",
+            ));
+        }
+        Ok(())
+    }
+
     /// Streams `text`, counting it against the answer's limit.
     fn text(
         &mut self,
@@ -453,14 +510,7 @@ impl Answer {
         limits: &Limits,
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
-        self.answered += text.len();
-        if self.answered > limits.answer_bytes {
-            return Err(Limits::exceeded(
-                "an answer",
-                limits.answer_bytes,
-                "max_answer_bytes",
-            ));
-        }
+        self.count(text.len(), limits)?;
         if let Some(text) = scrubber.pass(text) {
             out.push(ProviderEvent::TextDelta(text));
         }

@@ -42,7 +42,8 @@ pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage
                 SyntheticKind::Model => {}
             },
             MessageData::Assistant(a) => {
-                let text: String = a.text_parts().concat();
+                // Separate parts (the step's text, recovery's note) stay apart.
+                let text = a.text_parts().join("\n\n");
                 let mut calls = Vec::new();
                 let mut results = Vec::new();
                 for part in &a.parts {
@@ -232,6 +233,43 @@ mod tests {
                 },
                 ChatMessage::User("Continue.".into()),
             ]
+        );
+    }
+
+    #[test]
+    fn r3_5_text_parts_of_one_assistant_are_sent_apart() {
+        let assistant = MessageData::Assistant(AssistantData {
+            warnings: Vec::new(),
+            unavailable: Vec::new(),
+            execution_id: "exe_1".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            time: MessageTime {
+                created: 0,
+                completed: Some(1),
+            },
+            finish: None,
+            error: None,
+            usage: None,
+            parts: vec![
+                Part::Text {
+                    id: "prt_1".into(),
+                    text: "Running.".into(),
+                },
+                Part::Text {
+                    id: "recovery:exe_1".into(),
+                    text: "Session execution interrupted by server restart".into(),
+                },
+            ],
+        });
+        let conversation = conversation("/w", &[row(1, assistant)]);
+        assert_eq!(
+            conversation[1],
+            ChatMessage::Assistant {
+                text: "Running.\n\nSession execution interrupted by server restart".into(),
+                tool_calls: vec![],
+                reasoning: vec![],
+            }
         );
     }
 

@@ -9,7 +9,7 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use crate::provider::limits;
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::{ErrorKind, ProviderError, ProviderEvent, StreamSender};
 
 /// Sends `request`; a connection that cannot be made (or times out) is retryable.
 pub async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
@@ -125,6 +125,10 @@ pub fn classify(status: Option<u16>, error_type: Option<&str>, message: &str) ->
     .iter()
     .any(|p| lower.contains(p))
         || error_type == Some("context_length_exceeded");
+    // Ollama's "server busy, please try again" (a 503, or an error line mid-stream).
+    let busy = ["server busy", "overloaded"]
+        .iter()
+        .any(|p| lower.contains(p));
     match (status, error_type) {
         (Some(429), _) | (_, Some("rate_limit_error" | "rate_limit_exceeded")) => {
             ErrorKind::RateLimited
@@ -135,6 +139,7 @@ pub fn classify(status: Option<u16>, error_type: Option<&str>, message: &str) ->
         }
         _ if too_long => ErrorKind::ContextTooLong,
         (Some(413), _) => ErrorKind::ContextTooLong,
+        (None | Some(500..), _) if busy => ErrorKind::Overloaded,
         _ => ErrorKind::Other,
     }
 }
@@ -164,12 +169,18 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// Streamed text with an API key kept out of it: all of the text, but a tail that
-/// could still turn out to be the key's beginning, held back until more arrives.
+/// could still turn out to be the key's beginning — the longest end of the text that
+/// is a proper prefix of the key, usually nothing — held back until more arrives.
 #[derive(Debug, Default)]
 pub struct Scrubber {
     secret: Option<String>,
     held: String,
 }
+
+/// A tail held back at the end of a stream is passed on as it is when shorter than
+/// this; from this length on, it is the key's own beginning more likely than the
+/// text's, and is replaced by `<redacted>`.
+const HELD_REDACTED_FROM: usize = 8;
 
 impl Scrubber {
     pub fn new(secret: Option<&str>) -> Scrubber {
@@ -177,6 +188,11 @@ impl Scrubber {
             secret: secret.filter(|s| !s.is_empty()).map(str::to_string),
             held: String::new(),
         }
+    }
+
+    /// The key kept out.
+    pub fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
     }
 
     /// `text` with the key replaced.
@@ -187,26 +203,62 @@ impl Scrubber {
         }
     }
 
+    /// `value` with the key replaced in every string of it.
+    pub fn scrub_value(&self, value: Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(self.scrub(&s)),
+            Value::Array(items) => items.into_iter().map(|v| self.scrub_value(v)).collect(),
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (self.scrub(&k), self.scrub_value(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
     /// What of `text` (after what was held) may be streamed now.
     pub fn pass(&mut self, text: &str) -> Option<String> {
         let Some(secret) = &self.secret else {
             return (!text.is_empty()).then(|| text.to_string());
         };
         self.held.push_str(text);
-        self.held = self.held.replace(secret.as_str(), "<redacted>");
-        let mut keep = self.held.len().saturating_sub(secret.len() - 1);
-        while !self.held.is_char_boundary(keep) {
-            keep -= 1;
+        if self.held.contains(secret.as_str()) {
+            self.held = self.held.replace(secret.as_str(), "<redacted>");
         }
-        let now: String = self.held.drain(..keep).collect();
+        // The key's first byte starts a character, so the held tail does too.
+        let hold = (1..secret.len())
+            .rev()
+            .find(|&n| self.held.as_bytes().ends_with(&secret.as_bytes()[..n]))
+            .unwrap_or(0);
+        let now: String = self.held.drain(..self.held.len() - hold).collect();
         (!now.is_empty()).then_some(now)
     }
 
-    /// What is still held, at the end of the text.
+    /// What is still held, at the end of the text (or when the stream stops short):
+    /// a short tail as it is, a long one — most of the key — as `<redacted>`.
     pub fn rest(&mut self) -> Option<String> {
         let rest = std::mem::take(&mut self.held);
-        (!rest.is_empty()).then_some(rest)
+        let long = self
+            .secret
+            .as_ref()
+            .is_some_and(|s| rest.len() >= HELD_REDACTED_FROM.min(s.len() - 1));
+        match rest.is_empty() {
+            true => None,
+            false if long => Some("<redacted>".into()),
+            false => Some(rest),
+        }
     }
+}
+
+/// Ends a stream with `error`: the text still held back goes first (it was streamed,
+/// and the step must not lose it), then the error, scrubbed of the key.
+pub async fn fail(tx: &StreamSender, scrubber: &mut Scrubber, mut error: ProviderError) {
+    if let Some(rest) = scrubber.rest() {
+        tx.send(Ok(ProviderEvent::TextDelta(rest))).await;
+    }
+    error.message = scrubber.scrub(&error.message);
+    tx.send(Err(error)).await;
 }
 
 #[cfg(test)]
@@ -272,5 +324,42 @@ mod tests {
         assert!(overloaded.retryable);
         let invalid = streamed(Some("invalid_request_error"), "bad");
         assert!(!invalid.retryable);
+        // Ollama says it in words.
+        let busy = streamed(
+            None,
+            "server busy, please try again.  maximum pending requests exceeded",
+        );
+        assert_eq!(busy.kind, ErrorKind::Overloaded);
+        assert!(busy.retryable);
+        let other = streamed(None, "an error was encountered while running the model");
+        assert!(!other.retryable);
+    }
+
+    #[test]
+    fn streamed_text_is_held_back_only_where_it_could_begin_the_key() {
+        let mut scrubber = Scrubber::new(Some("sk-secret-1234"));
+        // Text that cannot begin the key passes at once, however short.
+        assert_eq!(scrubber.pass("Hi"), Some("Hi".into()));
+        assert_eq!(scrubber.pass(" there"), Some(" there".into()));
+        // A tail that could: held until the next piece settles it.
+        assert_eq!(scrubber.pass(", sk-se"), Some(", ".into()));
+        assert_eq!(scrubber.pass("a"), Some("sk-sea".into()));
+        assert_eq!(scrubber.pass(" sk-sec"), Some(" ".into()));
+        assert_eq!(
+            scrubber.pass("ret-1234 done"),
+            Some("<redacted> done".into())
+        );
+        assert_eq!(scrubber.rest(), None);
+        // Multi-byte text next to a held tail.
+        assert_eq!(scrubber.pass("é—s"), Some("é—".into()));
+        // At the end, a short tail is passed on as it is...
+        assert_eq!(scrubber.rest(), Some("s".into()));
+        // ...a long one, most of the key, is not.
+        assert_eq!(scrubber.pass("key: sk-secret-123"), Some("key: ".into()));
+        assert_eq!(scrubber.rest(), Some("<redacted>".into()));
+        // Without a key nothing is held.
+        let mut plain = Scrubber::new(None);
+        assert_eq!(plain.pass("sk-"), Some("sk-".into()));
+        assert_eq!(plain.rest(), None);
     }
 }

@@ -107,19 +107,107 @@ pub async fn error_body(response: reqwest::Response, limit: usize) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
-/// The next item of `stream`, or an error when none arrives within `idle`.
-pub async fn next_within<S: Stream + Unpin>(
-    stream: &mut S,
-    idle: Duration,
-) -> Result<Option<S::Item>, ProviderError> {
-    tokio::time::timeout(idle, stream.next())
-        .await
-        .map_err(|_| {
-            ProviderError::fatal(format!(
-                "the provider sent no complete event for {} s: the step was stopped",
-                idle.as_secs()
-            ))
-        })
+/// The wait for a stream's next complete record (protocol §4.15): an item that
+/// carries something counts as progress ([`Idle::progress`]); one that carries
+/// nothing (Anthropic's `ping`, an event without data) does not, so a stream of
+/// them alone ends at the same bound as silence.
+#[derive(Debug)]
+pub struct Idle {
+    limit: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl Idle {
+    /// The clock starts now (the answer's headers arrived).
+    pub fn new(limit: Duration) -> Idle {
+        Idle {
+            limit,
+            deadline: tokio::time::Instant::now() + limit,
+        }
+    }
+
+    /// The last item carried something: the wait starts again.
+    pub fn progress(&mut self) {
+        self.deadline = tokio::time::Instant::now() + self.limit;
+    }
+
+    /// The next item of `stream`, or an error when the time since the last progress
+    /// runs out first.
+    pub async fn next<S: Stream + Unpin>(
+        &self,
+        stream: &mut S,
+    ) -> Result<Option<S::Item>, ProviderError> {
+        tokio::time::timeout_at(self.deadline, stream.next())
+            .await
+            .map_err(|_| {
+                let ms = self.limit.as_millis();
+                let waited = match ms % 1000 {
+                    0 => format!("{} s", ms / 1000),
+                    _ => format!("{ms} ms"),
+                };
+                ProviderError::fatal(format!(
+                    "the provider sent no complete event for {waited}: the step was stopped"
+                ))
+            })
+    }
+}
+
+/// The records of a line-delimited stream: each line that holds more than blanks,
+/// trimmed, and a last one the stream ends without a newline. Bytes that never
+/// complete a record yield nothing, so they never count as progress.
+pub fn records<S, B>(bytes: S) -> impl Stream<Item = Result<String, ProviderError>>
+where
+    S: Stream<Item = Result<B, ProviderError>> + Unpin,
+    B: AsRef<[u8]>,
+{
+    struct Lines<S> {
+        bytes: S,
+        line: Vec<u8>,
+        ready: std::collections::VecDeque<String>,
+        ended: bool,
+    }
+    fn complete(line: &[u8]) -> Option<String> {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim();
+        (!text.is_empty()).then(|| text.to_string())
+    }
+    let state = Lines {
+        bytes,
+        line: Vec::new(),
+        ready: Default::default(),
+        ended: false,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(record) = state.ready.pop_front() {
+                return Some((Ok(record), state));
+            }
+            if state.ended {
+                return None;
+            }
+            match state.bytes.next().await {
+                Some(Ok(chunk)) => {
+                    for &b in chunk.as_ref() {
+                        if b == b'\n' {
+                            let line = std::mem::take(&mut state.line);
+                            state.ready.extend(complete(&line));
+                        } else {
+                            state.line.push(b);
+                        }
+                    }
+                }
+                Some(Err(error)) => {
+                    state.ended = true;
+                    return Some((Err(error), state));
+                }
+                None => {
+                    state.ended = true;
+                    let line = std::mem::take(&mut state.line);
+                    state.ready.extend(complete(&line));
+                }
+            }
+        }
+    })
 }
 
 #[cfg(test)]

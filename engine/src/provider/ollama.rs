@@ -203,12 +203,10 @@ impl Provider for OllamaProvider {
         ProviderStream::spawn(move |tx| async move {
             let num_ctx = provider.num_ctx().await;
             let http = provider.post("/api/chat", &provider.body(&request, num_ctx));
-            let key = provider.api_key.clone();
-            let scrubber = Scrubber::new(key.as_deref());
+            let mut scrubber = Scrubber::new(provider.api_key.as_deref());
             let window = Window { num_ctx, estimated };
-            if let Err(mut error) = run(http, &tx, key.as_deref(), provider.limits, window).await {
-                error.message = scrubber.scrub(&error.message);
-                tx.send(Err(error)).await;
+            if let Err(error) = run(http, &tx, &mut scrubber, provider.limits, window).await {
+                http::fail(&tx, &mut scrubber, error).await;
             }
         })
     }
@@ -241,136 +239,142 @@ impl Window {
             )
         })
     }
+
+    /// The warning for an answer Ollama stopped at `done_reason: "length"`: with no
+    /// `num_predict` set, the context window filled while it answered.
+    fn answer_cut(&self) -> String {
+        format!(
+            "the answer stopped where the context window (num_ctx {}) filled: raise `[provider] num_ctx` or let the conversation compact",
+            self.num_ctx
+        )
+    }
 }
 
-/// Streams one answer.
+/// Streams one answer. The idle bound times whole records (protocol §4.15): bytes
+/// that never complete a line, and blank lines, do not count.
 async fn run(
     http: reqwest::RequestBuilder,
     tx: &StreamSender,
-    secret: Option<&str>,
+    scrubber: &mut Scrubber,
     limits: Limits,
     window: Window,
 ) -> Result<(), ProviderError> {
     let response = http::send(http).await?;
     if !response.status().is_success() {
-        return Err(http::refusal(response, limits.error_body_bytes, secret).await);
+        return Err(http::refusal(response, limits.error_body_bytes, scrubber.secret()).await);
     }
-    let mut bytes = Box::pin(limits::capped(
+    let bytes = Box::pin(limits::capped(
         response.bytes_stream(),
         limits.event_bytes,
         true,
     ));
-    let mut scrubber = Scrubber::new(secret);
-    let mut line = Vec::new();
+    let mut records = Box::pin(limits::records(bytes));
+    let mut idle = limits::Idle::new(limits.idle);
     let mut answered = 0usize;
     let mut calls = 0usize;
     let mut thinking = String::new();
     loop {
-        let Some(chunk) = limits::next_within(&mut bytes, limits.idle).await? else {
+        let Some(text) = idle.next(&mut records).await? else {
             return Err(ProviderError::fatal(
                 "the provider stream ended before the answer was complete",
             ));
         };
-        for &b in chunk?.as_ref() {
-            if b != b'\n' {
-                line.push(b);
-                continue;
-            }
-            let record = std::mem::take(&mut line);
-            let text = String::from_utf8_lossy(&record);
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
-            }
-            let record: Value = serde_json::from_str(text).map_err(|e| {
-                let snippet: String = scrubber.scrub(text).chars().take(120).collect();
-                ProviderError::fatal(format!(
-                    "the provider sent a malformed line ({e}): {snippet}"
-                ))
-            })?;
-            if let Some(error) = record["error"].as_str() {
-                return Err(http::streamed(None, &scrubber.scrub(error)));
-            }
-            let message = &record["message"];
-            if let Some(more) = message["thinking"].as_str().filter(|t| !t.is_empty()) {
-                // Streamed thinking is kept whole, as one block, at the end.
-                count_answer(&mut answered, more.len(), &limits)?;
-                thinking.push_str(more);
-            }
-            if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
-                count_answer(&mut answered, text.len(), &limits)?;
-                if let Some(text) = scrubber.pass(text)
-                    && !tx.send(Ok(ProviderEvent::TextDelta(text))).await
-                {
-                    return Ok(());
-                }
-            }
-            for call in message["tool_calls"].as_array().into_iter().flatten() {
-                let function = &call["function"];
-                let name = scrubber.scrub(function["name"].as_str().unwrap_or(""));
-                if name.is_empty() {
-                    return Err(ProviderError::fatal("a tool call arrived without a name"));
-                }
-                let arguments = match &function["arguments"] {
-                    Value::Null => json!({}),
-                    Value::String(raw) => {
-                        serde_json::from_str(raw).unwrap_or(Value::String(raw.clone()))
-                    }
-                    other => other.clone(),
-                };
-                if arguments.to_string().len() > limits.tool_arguments_bytes {
-                    return Err(Limits::exceeded(
-                        "a tool call's arguments",
-                        limits.tool_arguments_bytes,
-                        "max_tool_arguments_bytes",
-                    ));
-                }
-                let call_id = call["id"]
-                    .as_str()
-                    .filter(|id| !id.is_empty())
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("call_{calls}"));
-                calls += 1;
-                if !tx
-                    .send(Ok(ProviderEvent::ToolCall(ToolCall {
-                        call_id,
-                        tool: name,
-                        input: arguments,
-                    })))
-                    .await
-                {
-                    return Ok(());
-                }
-            }
-            if record["done"].as_bool() == Some(true) {
-                if let Some(rest) = scrubber.rest() {
-                    tx.send(Ok(ProviderEvent::TextDelta(rest))).await;
-                }
-                if !thinking.is_empty() {
-                    tx.send(Ok(ProviderEvent::Reasoning(Reasoning {
-                        text: scrubber.scrub(&thinking),
-                        ..Reasoning::default()
-                    })))
-                    .await;
-                }
-                let prompt = record["prompt_eval_count"].as_u64();
-                if let Some(warning) = window.truncated(prompt) {
-                    tx.send(Ok(ProviderEvent::Warning(warning))).await;
-                }
-                tx.send(Ok(ProviderEvent::Usage(Usage {
-                    input_tokens: prompt.unwrap_or(0),
-                    output_tokens: record["eval_count"].as_u64().unwrap_or(0),
-                    ..Usage::default()
-                })))
-                .await;
-                let finish = match record["done_reason"].as_str() {
-                    Some("length") => Finish::Length,
-                    _ if calls > 0 => Finish::ToolCalls,
-                    _ => Finish::Stop,
-                };
-                tx.send(Ok(ProviderEvent::Finish(finish))).await;
+        let text = text?;
+        idle.progress();
+        let record: Value = serde_json::from_str(&text).map_err(|e| {
+            let snippet: String = scrubber.scrub(&text).chars().take(120).collect();
+            ProviderError::fatal(format!(
+                "the provider sent a malformed line ({e}): {snippet}"
+            ))
+        })?;
+        if let Some(error) = record["error"].as_str() {
+            // "server busy" reads as overloaded: retried when nothing streamed yet.
+            return Err(http::streamed(None, &scrubber.scrub(error)));
+        }
+        let message = &record["message"];
+        if let Some(more) = message["thinking"].as_str().filter(|t| !t.is_empty()) {
+            // Streamed thinking is kept whole, as one block, at the end.
+            count_answer(&mut answered, more.len(), &limits)?;
+            thinking.push_str(more);
+        }
+        if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
+            count_answer(&mut answered, text.len(), &limits)?;
+            if let Some(text) = scrubber.pass(text)
+                && !tx.send(Ok(ProviderEvent::TextDelta(text))).await
+            {
                 return Ok(());
             }
+        }
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            let function = &call["function"];
+            let name = scrubber.scrub(function["name"].as_str().unwrap_or(""));
+            if name.is_empty() {
+                return Err(ProviderError::fatal("a tool call arrived without a name"));
+            }
+            let arguments = match &function["arguments"] {
+                Value::Null => json!({}),
+                Value::String(raw) => {
+                    serde_json::from_str(raw).unwrap_or(Value::String(raw.clone()))
+                }
+                other => other.clone(),
+            };
+            if arguments.to_string().len() > limits.tool_arguments_bytes {
+                return Err(Limits::exceeded(
+                    "a tool call's arguments",
+                    limits.tool_arguments_bytes,
+                    "max_tool_arguments_bytes",
+                ));
+            }
+            let call_id = call["id"]
+                .as_str()
+                .filter(|id| !id.is_empty())
+                .map(|id| scrubber.scrub(id))
+                .unwrap_or_else(|| format!("call_{calls}"));
+            calls += 1;
+            if !tx
+                .send(Ok(ProviderEvent::ToolCall(ToolCall {
+                    call_id,
+                    tool: name,
+                    input: scrubber.scrub_value(arguments),
+                })))
+                .await
+            {
+                return Ok(());
+            }
+        }
+        if record["done"].as_bool() == Some(true) {
+            if let Some(rest) = scrubber.rest() {
+                tx.send(Ok(ProviderEvent::TextDelta(rest))).await;
+            }
+            if !thinking.is_empty() {
+                tx.send(Ok(ProviderEvent::Reasoning(Reasoning {
+                    text: scrubber.scrub(&thinking),
+                    ..Reasoning::default()
+                })))
+                .await;
+            }
+            let prompt = record["prompt_eval_count"].as_u64();
+            if let Some(warning) = window.truncated(prompt) {
+                tx.send(Ok(ProviderEvent::Warning(warning))).await;
+            }
+            let length = record["done_reason"].as_str() == Some("length");
+            if length {
+                tx.send(Ok(ProviderEvent::Warning(window.answer_cut())))
+                    .await;
+            }
+            tx.send(Ok(ProviderEvent::Usage(Usage {
+                input_tokens: prompt.unwrap_or(0),
+                output_tokens: record["eval_count"].as_u64().unwrap_or(0),
+                ..Usage::default()
+            })))
+            .await;
+            let finish = match () {
+                _ if length => Finish::Length,
+                _ if calls > 0 => Finish::ToolCalls,
+                _ => Finish::Stop,
+            };
+            tx.send(Ok(ProviderEvent::Finish(finish))).await;
+            return Ok(());
         }
     }
 }

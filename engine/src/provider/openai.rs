@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::config::ProviderConfig;
 use crate::message::{Finish, Usage};
+use crate::provider::http::Scrubber;
 use crate::provider::limits::{self, Limits};
 use crate::provider::{
     ChatMessage, Provider, ProviderError, ProviderEvent, ProviderRequest, ProviderStream,
@@ -157,9 +158,13 @@ impl Provider for OpenAiProvider {
             window: self.context_window,
         };
         ProviderStream::spawn(move |tx| async move {
-            if let Err(mut error) = run(http, &tx, key.as_deref(), limits, prompt).await {
-                error.message = scrub(&error.message, key.as_deref());
-                tx.send(Err(error)).await;
+            let mut assembly = Assembly {
+                scrubber: Scrubber::new(key.as_deref()),
+                limits: Some(limits),
+                ..Assembly::default()
+            };
+            if let Err(error) = run(http, &tx, &mut assembly, limits, prompt).await {
+                crate::provider::http::fail(&tx, &mut assembly.scrubber, error).await;
             }
         })
     }
@@ -220,10 +225,12 @@ impl JsonBody for reqwest::RequestBuilder {
 async fn run(
     http: reqwest::RequestBuilder,
     tx: &StreamSender,
-    secret: Option<&str>,
+    assembly: &mut Assembly,
     limits: Limits,
     prompt: Prompt,
 ) -> Result<(), ProviderError> {
+    let secret = assembly.scrubber.secret().map(str::to_string);
+    let secret = secret.as_deref();
     let response = crate::provider::http::send(http).await?;
     if !response.status().is_success() {
         return Err(
@@ -232,12 +239,8 @@ async fn run(
     }
     let mut events =
         limits::capped(response.bytes_stream(), limits.event_bytes, false).eventsource();
-    let mut assembly = Assembly {
-        secret: secret.filter(|s| !s.is_empty()).map(str::to_string),
-        limits: Some(limits),
-        ..Assembly::default()
-    };
-    while let Some(event) = limits::next_within(&mut events, limits.idle).await? {
+    let mut idle = limits::Idle::new(limits.idle);
+    while let Some(event) = idle.next(&mut events).await? {
         let event = event.map_err(|e| match e {
             eventsource_stream::EventStreamError::Transport(e) => e,
             other => ProviderError::fatal(format!("the provider stream broke off: {other}")),
@@ -249,6 +252,7 @@ async fn run(
         if data.is_empty() {
             continue;
         }
+        idle.progress();
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
             let snippet: String = scrub(data, secret).chars().take(120).collect();
             ProviderError::fatal(format!(
@@ -294,10 +298,9 @@ struct Assembly {
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<Finish>,
     usage: Option<Usage>,
-    /// The API key, never to be passed on even when the server sends it back.
-    secret: Option<String>,
-    /// Streamed text held back because it could be the start of the secret.
-    held: String,
+    /// Keeps the API key out of what is passed on, even when the server sends it
+    /// back.
+    scrubber: Scrubber,
     /// Bounds on the answer and the tool calls (none in unit tests of the parts).
     limits: Option<Limits>,
     /// Answer text taken so far, in bytes.
@@ -336,7 +339,7 @@ impl Assembly {
                         "max_answer_bytes",
                     ));
                 }
-                if let Some(text) = self.pass_text(text) {
+                if let Some(text) = self.scrubber.pass(text) {
                     out.push(ProviderEvent::TextDelta(text));
                 }
             }
@@ -379,28 +382,11 @@ impl Assembly {
         Ok(out)
     }
 
-    /// Text that may be streamed now: without a secret, all of it; with one, all but
-    /// a tail that could still turn out to be its beginning, with the secret scrubbed.
-    fn pass_text(&mut self, text: &str) -> Option<String> {
-        let Some(secret) = &self.secret else {
-            return Some(text.to_string());
-        };
-        self.held.push_str(text);
-        self.held = scrub(&self.held, Some(secret));
-        let mut keep = self.held.len().saturating_sub(secret.len() - 1);
-        while !self.held.is_char_boundary(keep) {
-            keep -= 1;
-        }
-        let now: String = self.held.drain(..keep).collect();
-        (!now.is_empty()).then_some(now)
-    }
-
     async fn finish(&mut self, tx: &StreamSender, prompt: Prompt) -> Result<(), ProviderError> {
-        let held = std::mem::take(&mut self.held);
-        if !held.is_empty() {
+        if let Some(held) = self.scrubber.rest() {
             tx.send(Ok(ProviderEvent::TextDelta(held))).await;
         }
-        let secret = self.secret.clone();
+        let secret = self.scrubber.secret().map(str::to_string);
         let calls = std::mem::take(&mut self.calls);
         let has_calls = !calls.is_empty();
         for (index, mut call) in calls {

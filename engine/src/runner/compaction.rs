@@ -20,8 +20,13 @@ use crate::runner::{Execution, Flow, Stop};
 impl Execution {
     /// Whether the next request would exceed the compaction budget — and there is
     /// something new to fold in since the last summary, so that a summary that is
-    /// itself over budget does not compact again before every step.
+    /// itself over budget does not compact again before every step, and no
+    /// compaction failed in this turn (one failure is not repeated before every
+    /// step of it).
     pub(crate) fn over_budget(&self, messages: &[MessageRow]) -> bool {
+        if self.compaction_failed {
+            return false;
+        }
         let since_summary = messages
             .iter()
             .rev()
@@ -84,8 +89,13 @@ impl Execution {
             failure = Some("the provider returned an empty summary".into());
         }
         if let Some(reason) = failure {
-            // No summary: settle the phase and carry on uncompacted.
+            // No summary: settle the phase and carry on uncompacted, without trying
+            // again in this turn; the next step that ends says so.
             tracing::warn!(reason, "compaction failed");
+            self.compaction_failed = true;
+            self.compaction_warning = Some(format!(
+                "the conversation could not be compacted ({reason}): it was sent whole"
+            ));
             return self
                 .commit(|f| f.change_phase(PhaseChange::StepSettled).map(drop))
                 .await;

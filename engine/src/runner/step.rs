@@ -217,9 +217,12 @@ impl Execution {
                 usage,
                 calls,
                 reasoning,
-                warnings,
+                mut warnings,
                 text,
             } => {
+                if let Some(warning) = self.compaction_warning.take() {
+                    warnings.insert(0, warning);
+                }
                 let reasoning: Vec<(String, crate::message::Reasoning)> = reasoning
                     .into_iter()
                     .map(|r| (ids::new(ids::PART, now), r))
@@ -277,7 +280,12 @@ impl Execution {
                     }
                 })
             }
-            Streamed::Failed { error, text, .. } => {
+            Streamed::Failed {
+                mut error, text, ..
+            } => {
+                if let Some(warning) = self.compaction_warning.take() {
+                    error.message = format!("{} (before this step, {warning})", error.message);
+                }
                 let message = error.message.clone();
                 let tail = text.event(&message_id);
                 let cleared = self

@@ -1094,3 +1094,106 @@ async fn r4_18_a_retry_waits_as_long_as_the_provider_asked_and_says_so() {
     );
     engine.shutdown().await.unwrap();
 }
+
+/// Answers steps with two tool calls and then text, a turn at a time, and fails
+/// every compaction (as the Messages API did when tools were left out).
+#[derive(Debug, Default)]
+struct NoSummaries {
+    steps: AtomicUsize,
+    compactions: AtomicUsize,
+}
+
+impl crate::provider::Provider for NoSummaries {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    fn model(&self) -> &str {
+        "fake-model"
+    }
+
+    fn with_model(&self, _model: &str) -> Option<Arc<dyn crate::provider::Provider>> {
+        None
+    }
+
+    fn stream(&self, request: crate::provider::ProviderRequest) -> crate::provider::ProviderStream {
+        use crate::provider::{ProviderEvent, Purpose, ToolCall};
+        let compaction = request.purpose == Purpose::Compaction;
+        let n = match compaction {
+            true => self.compactions.fetch_add(1, Ordering::SeqCst),
+            false => self.steps.fetch_add(1, Ordering::SeqCst),
+        };
+        crate::provider::ProviderStream::spawn(move |tx| async move {
+            if compaction {
+                tx.send(Err(ProviderError::fatal("tools must be defined")))
+                    .await;
+                return;
+            }
+            if n % 3 == 2 {
+                tx.send(Ok(ProviderEvent::TextDelta("Done.".into()))).await;
+                tx.send(Ok(ProviderEvent::Finish(Finish::Stop))).await;
+            } else {
+                tx.send(Ok(ProviderEvent::ToolCall(ToolCall {
+                    call_id: format!("call_{n}"),
+                    tool: "list_dir".into(),
+                    input: json!({"path": "."}),
+                })))
+                .await;
+                tx.send(Ok(ProviderEvent::Finish(Finish::ToolCalls))).await;
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i13_a_failed_compaction_is_tried_once_a_turn_and_said() {
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.compaction.token_budget = 10;
+    let provider = Arc::new(NoSummaries::default());
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    for (turn, prompt) in ["first", "second"].into_iter().enumerate() {
+        engine
+            .admit(&session.id, prompt, Delivery::Queue)
+            .await
+            .unwrap();
+        assert_eq!(
+            engine.wait_idle(&session.id).await,
+            Some(SessionOutcome::Ran(Outcome::Idle))
+        );
+        // Over budget before every step but the first, yet asked once a turn.
+        assert_eq!(provider.compactions.load(Ordering::SeqCst), turn + 1);
+        assert_eq!(provider.steps.load(Ordering::SeqCst), 3 * (turn + 1));
+    }
+    let transcript = messages(&engine, &session.id).await;
+    let warned: Vec<(usize, Vec<String>)> = transcript
+        .iter()
+        .filter_map(|m| m.data.as_assistant())
+        .enumerate()
+        .filter(|(_, a)| !a.warnings.is_empty())
+        .map(|(i, a)| (i, a.warnings.clone()))
+        .collect();
+    let warning =
+        "the conversation could not be compacted (tools must be defined): it was sent whole";
+    // The step after each failure says so: the second of the first turn, the first
+    // of the second (compacted at rest, before it).
+    assert_eq!(
+        warned,
+        vec![
+            (1, vec![warning.to_string()]),
+            (3, vec![warning.to_string()])
+        ]
+    );
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}

@@ -420,3 +420,307 @@ async fn r4_18_a_recovered_call_is_answered_by_a_tool_result_with_its_id() {
     );
     assert_eq!(body["messages"][1]["content"][0]["id"], "toolu_crash");
 }
+
+/// A provider whose key is `CARGO_PKG_NAME`'s value, a variable cargo sets for every
+/// test process (the tests never set one).
+fn keyed(url: &str) -> (AnthropicProvider, String) {
+    let mut config = config(url);
+    config.api_key_env = Some("CARGO_PKG_NAME".into());
+    (
+        AnthropicProvider::new(&config).unwrap(),
+        std::env::var("CARGO_PKG_NAME").unwrap(),
+    )
+}
+
+fn start() -> (&'static str, &'static str) {
+    (
+        "message_start",
+        r#"{"type":"message_start","message":{"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+    )
+}
+
+fn text_block(index: u32) -> (&'static str, String) {
+    (
+        "content_block_start",
+        format!(
+            r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"text","text":""}}}}"#
+        ),
+    )
+}
+
+fn delta(index: u32, delta: Value) -> (&'static str, String) {
+    (
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": index, "delta": delta}).to_string(),
+    )
+}
+
+fn named(events: &[(&str, String)]) -> Reply {
+    let events: Vec<(&str, &str)> = events.iter().map(|(n, d)| (*n, d.as_str())).collect();
+    Reply::named_sse(&events)
+}
+
+#[tokio::test]
+async fn text_streamed_before_an_error_reaches_the_step_with_a_key_set() {
+    let (s, d) = start();
+    let (url, _) = serve(vec![named(&[
+        (s, d.into()),
+        text_block(0),
+        delta(0, json!({"type": "text_delta", "text": "Half"})),
+        (
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
+        ),
+    ])])
+    .await;
+    let (provider, _) = keyed(&url);
+    let events = collect(&provider, hello()).await;
+    // "Half" cannot begin the key: it is passed on at once, never held back and lost.
+    assert_eq!(events[0], Ok(ProviderEvent::TextDelta("Half".into())));
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[1].clone().unwrap_err().kind, ErrorKind::Overloaded);
+}
+
+#[tokio::test]
+async fn r4_15_a_stream_of_pings_alone_times_out() {
+    let (s, d) = start();
+    let mut events = vec![(s, d.to_string()), text_block(0)];
+    events.extend(std::iter::repeat_n(
+        ("ping", r#"{"type":"ping"}"#.to_string()),
+        20,
+    ));
+    let mut reply = named(&events);
+    reply.pause = Duration::from_millis(100);
+    let (url, _) = serve(vec![reply]).await;
+    let mut config = config(&url);
+    config.request_timeout_ms = 500;
+    let provider = AnthropicProvider::new(&config).unwrap();
+    let started = std::time::Instant::now();
+    let error = collect(&provider, hello())
+        .await
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        error.message,
+        "the provider sent no complete event for 500 ms: the step was stopped"
+    );
+    assert!(started.elapsed() < Duration::from_millis(1800));
+}
+
+#[tokio::test]
+async fn a_tool_use_block_that_starts_with_its_input_runs_with_it() {
+    let (s, d) = start();
+    let (url, _) = serve(vec![named(&[
+        (s, d.into()),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"run_command","input":{"command":"ls"}}}"#.into(),
+        ),
+        ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#.into()),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":3}}"#.into(),
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#.into()),
+    ])])
+    .await;
+    let provider = AnthropicProvider::new(&config(&url)).unwrap();
+    let events = collect(&provider, hello()).await;
+    assert_eq!(
+        events[0],
+        Ok(ProviderEvent::ToolCall(ToolCall {
+            call_id: "toolu_1".into(),
+            tool: "run_command".into(),
+            input: json!({"command": "ls"}),
+        }))
+    );
+}
+
+#[tokio::test]
+async fn r4_15_thinking_and_signatures_count_against_the_answers_limit() {
+    let thinking = |index: u32| {
+        (
+            "content_block_start",
+            format!(
+                r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"thinking","thinking":""}}}}"#
+            ),
+        )
+    };
+    let (s, d) = start();
+    // One block, with a signature that grows without end in 400-byte deltas.
+    let mut endless_signature = vec![(s, d.to_string()), thinking(0)];
+    endless_signature.extend(std::iter::repeat_n(
+        delta(
+            0,
+            json!({"type": "signature_delta", "signature": "s".repeat(400)}),
+        ),
+        10,
+    ));
+    // Two blocks of thinking, each within the limit, and some text: too much together.
+    let mut two_blocks = vec![(s, d.to_string())];
+    for index in 0..2 {
+        two_blocks.push(thinking(index));
+        two_blocks.push(delta(
+            index,
+            json!({"type": "thinking_delta", "thinking": "t".repeat(700)}),
+        ));
+        two_blocks.push((
+            "content_block_stop",
+            format!(r#"{{"type":"content_block_stop","index":{index}}}"#),
+        ));
+    }
+    for events in [endless_signature, two_blocks] {
+        let (url, _) = serve(vec![named(&events)]).await;
+        let mut config = config(&url);
+        config.max_answer_bytes = 1024;
+        let provider = AnthropicProvider::new(&config).unwrap();
+        let error = collect(&provider, hello())
+            .await
+            .pop()
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            error.message.contains("larger than 1024 bytes") && !error.retryable,
+            "{}",
+            error.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_key_sent_back_in_a_signature_or_redacted_thinking_is_scrubbed() {
+    let key = std::env::var("CARGO_PKG_NAME").unwrap();
+    let (s, d) = start();
+    let (url, _) = serve(vec![named(&[
+        (s, d.into()),
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#.into(),
+        ),
+        delta(0, json!({"type": "thinking_delta", "thinking": "hm"})),
+        delta(0, json!({"type": "signature_delta", "signature": format!("sig-{key}-sig")})),
+        ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#.into()),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "redacted_thinking", "data": format!("x{key}x")}})
+            .to_string(),
+        ),
+        ("content_block_stop", r#"{"type":"content_block_stop","index":1}"#.into()),
+        (
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#.into(),
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#.into()),
+    ])])
+    .await;
+    let (provider, _) = keyed(&url);
+    let events = collect(&provider, hello()).await;
+    assert_eq!(
+        events[..2],
+        [
+            Ok(ProviderEvent::Reasoning(Reasoning {
+                text: "hm".into(),
+                signature: Some("sig-<redacted>-sig".into()),
+                redacted: None,
+            })),
+            Ok(ProviderEvent::Reasoning(Reasoning {
+                text: String::new(),
+                signature: None,
+                redacted: Some("x<redacted>x".into()),
+            })),
+        ]
+    );
+}
+
+#[test]
+fn reasoning_without_a_signature_is_not_sent_back() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    // A session that ran on Ollama first: its thinking has no signature.
+    let body = provider.body(&request(vec![
+        ChatMessage::User("hi".into()),
+        ChatMessage::Assistant {
+            text: "Hello.".into(),
+            tool_calls: vec![],
+            reasoning: vec![
+                Reasoning {
+                    text: "local thoughts".into(),
+                    ..Reasoning::default()
+                },
+                Reasoning {
+                    text: "empty".into(),
+                    signature: Some(String::new()),
+                    redacted: None,
+                },
+            ],
+        },
+        ChatMessage::Assistant {
+            text: String::new(),
+            tool_calls: vec![],
+            reasoning: vec![Reasoning {
+                text: "only thoughts".into(),
+                ..Reasoning::default()
+            }],
+        },
+        ChatMessage::User("again".into()),
+    ]));
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "again", "cache_control": {"type": "ephemeral"}}
+            ]}
+        ])
+    );
+}
+
+#[test]
+fn a_request_without_tools_tells_the_calls_and_results_as_text() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    let mut compaction = request(vec![
+        ChatMessage::System("sys".into()),
+        ChatMessage::User("list it".into()),
+        ChatMessage::Assistant {
+            text: "Looking.".into(),
+            tool_calls: vec![ToolCall {
+                call_id: "toolu_1".into(),
+                tool: "list_dir".into(),
+                input: json!({"path": "."}),
+            }],
+            reasoning: vec![],
+        },
+        ChatMessage::ToolResult {
+            call_id: "toolu_1".into(),
+            tool: "list_dir".into(),
+            content: "a.txt".into(),
+            is_error: false,
+        },
+        ChatMessage::User("Summarise.".into()),
+    ]);
+    compaction.purpose = Purpose::Compaction;
+    compaction.tools = Vec::new();
+    let body = provider.body(&compaction);
+    // The API refuses tool_use and tool_result blocks in a request without tools.
+    assert_eq!(body.get("tools"), None);
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "list it"}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Looking.\n\n[called list_dir with {\"path\":\".\"}]"}
+            ]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "[result of list_dir: a.txt]"},
+                {"type": "text", "text": "Summarise.", "cache_control": {"type": "ephemeral"}}
+            ]}
+        ])
+    );
+    // With tools, the same conversation keeps its blocks.
+    compaction.tools = request(vec![]).tools;
+    let body = provider.body(&compaction);
+    assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
+    assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
+}

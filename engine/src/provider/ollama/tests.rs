@@ -237,3 +237,114 @@ async fn r4_18_a_recovered_call_is_answered_by_its_tool_result() {
                "content": "Error: Tool execution outcome unknown after server restart"})
     );
 }
+
+fn fixed(url: &str) -> ProviderConfig {
+    let mut config = config(url);
+    config.num_ctx = Some(8192);
+    config
+}
+
+#[tokio::test]
+async fn r4_15_bytes_that_never_form_a_record_time_out() {
+    let first = r#"{"message":{"role":"assistant","content":"Hi"},"done":false}"#;
+    // One byte a beat that never ends a line; blank lines; blanks without a newline.
+    for trickle in ["x", "\n", " "] {
+        let reply = Reply {
+            pieces: std::iter::once(format!("{first}\n"))
+                .chain(std::iter::repeat_n(trickle.to_string(), 20))
+                .collect(),
+            pause: Duration::from_millis(100),
+            ..Reply::ndjson(&[])
+        };
+        let (url, _) = serve(vec![reply]).await;
+        let mut config = fixed(&url);
+        config.request_timeout_ms = 500;
+        let provider = OllamaProvider::new(&config).unwrap();
+        let started = std::time::Instant::now();
+        let events = collect(&provider, hello()).await;
+        assert_eq!(events[0], Ok(ProviderEvent::TextDelta("Hi".into())));
+        let error = events.last().unwrap().clone().unwrap_err();
+        assert_eq!(
+            error.message, "the provider sent no complete event for 500 ms: the step was stopped",
+            "{trickle:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "{trickle:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_last_record_without_a_newline_ends_the_answer() {
+    let reply = Reply {
+        pieces: vec![
+            "{\"message\":{\"role\":\"assistant\",\"content\":\"Done.\"},\"done\":false}\n".into(),
+            "{\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true,\"done_reason\":\"stop\",\"prompt_eval_count\":5,\"eval_count\":2}".into(),
+        ],
+        ..Reply::ndjson(&[])
+    };
+    let (url, _) = serve(vec![reply]).await;
+    let provider = OllamaProvider::new(&fixed(&url)).unwrap();
+    let events: Vec<ProviderEvent> = collect(&provider, hello())
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(events[0], ProviderEvent::TextDelta("Done.".into()));
+    assert_eq!(events.last(), Some(&ProviderEvent::Finish(Finish::Stop)));
+}
+
+#[tokio::test]
+async fn an_answer_stopped_at_the_window_says_so() {
+    let (url, _) = serve(vec![Reply::ndjson(&[
+        r#"{"message":{"role":"assistant","content":"A long"},"done":false}"#,
+        r#"{"message":{"role":"assistant","content":""},"done":true,"done_reason":"length","prompt_eval_count":100,"eval_count":8000}"#,
+    ])])
+    .await;
+    let provider = OllamaProvider::new(&fixed(&url)).unwrap();
+    let events: Vec<ProviderEvent> = collect(&provider, hello())
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        events.contains(&ProviderEvent::Warning(
+            "the answer stopped where the context window (num_ctx 8192) filled: raise `[provider] num_ctx` or let the conversation compact".into()
+        )),
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&ProviderEvent::Finish(Finish::Length)));
+}
+
+#[tokio::test]
+async fn a_busy_server_before_any_output_is_overloaded_and_worth_another_try() {
+    let (url, _) = serve(vec![Reply::ndjson(&[
+        r#"{"error":"server busy, please try again.  maximum pending requests exceeded"}"#,
+    ])])
+    .await;
+    let provider = OllamaProvider::new(&fixed(&url)).unwrap();
+    let error = collect(&provider, hello())
+        .await
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Overloaded);
+    assert!(error.retryable);
+}
+
+#[tokio::test]
+async fn text_streamed_before_an_error_line_reaches_the_step_with_a_key_set() {
+    let (url, _) = serve(vec![Reply::ndjson(&[
+        r#"{"message":{"role":"assistant","content":"Half"},"done":false}"#,
+        r#"{"error":"an error was encountered while running the model"}"#,
+    ])])
+    .await;
+    let mut config = fixed(&url);
+    // A variable cargo sets for every test process, so the test never sets one.
+    config.api_key_env = Some("CARGO_PKG_NAME".into());
+    let provider = OllamaProvider::new(&config).unwrap();
+    let events = collect(&provider, hello()).await;
+    assert_eq!(events[0], Ok(ProviderEvent::TextDelta("Half".into())));
+    assert!(events[1].is_err(), "{events:?}");
+}

@@ -427,3 +427,17 @@ async fn r4_15_bytes_that_trickle_without_forming_an_event_time_out() {
     );
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test]
+async fn text_streamed_before_a_stream_breaks_reaches_the_step_with_a_key_set() {
+    let (url, _) = serve(vec![Reply::sse(&[
+        r#"{"choices":[{"index":0,"delta":{"content":"Half"}}]}"#,
+        r#"{"error":{"type":"server_error","message":"boom"}}"#,
+    ])])
+    .await;
+    let mut config = config(&url);
+    config.api_key_env = Some("PATH".into());
+    let events = collect(&OpenAiProvider::new(&config).unwrap()).await;
+    assert_eq!(events[0], Ok(ProviderEvent::TextDelta("Half".into())));
+    assert!(events[1].is_err(), "{events:?}");
+}

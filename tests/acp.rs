@@ -832,12 +832,51 @@ fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again()
     assert_eq!(
         edit["state"]["error"],
         "Tool execution outcome unknown after server restart",
-        "{edit}\nrecover: {}{}",
+        "{edit}\nrecover: {}{}\n{}",
         stdout(&recovered),
-        stderr(&recovered)
+        stderr(&recovered),
+        claims_and_owners(&env)
     );
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),
         "on disk\nold line\n"
     );
+}
+
+/// The claims and owners in the file, and whether each owner's lock is held: what
+/// a failed recovery assertion needs to be read.
+fn claims_and_owners(env: &Env) -> String {
+    let conn = rusqlite::Connection::open_with_flags(
+        env.db(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let mut out = String::new();
+    for sql in [
+        "SELECT * FROM session_execution",
+        "SELECT * FROM owner",
+    ] {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let n = stmt.column_count();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join(" "))
+            })
+            .unwrap();
+        for row in rows {
+            out.push_str(&row.unwrap());
+            out.push('\n');
+        }
+    }
+    for entry in std::fs::read_dir(env.data.join("owners")).into_iter().flatten() {
+        let path = entry.unwrap().path();
+        let held = std::fs::File::open(&path)
+            .map(|f| f.try_lock().is_err())
+            .unwrap_or(false);
+        out.push_str(&format!("{} held={held}\n", path.display()));
+    }
+    out
 }

@@ -13,7 +13,11 @@ use crate::support::{Env, code, eventually, processes_with, signal, stderr, stdo
 
 /// A script whose tool starts a uniquely named `sleep` and a grandchild of it.
 fn marked_script(env: &Env) -> (String, String) {
-    let marker = format!("steward-marker-{}", std::process::id());
+    // One marker per test: the tests of this file run side by side in one process.
+    let marker = format!(
+        "steward-marker-{}",
+        env.root.path().file_name().unwrap().to_string_lossy()
+    );
     let bin = env.root.path().join(&marker);
     std::fs::copy("/bin/sleep", &bin).unwrap();
     let command = format!(

@@ -288,9 +288,15 @@ pub(crate) struct Driver {
 
 impl Driver {
     pub(crate) fn spawn(env: &Env, argv: &str) -> Driver {
+        Driver::spawn_with(env, argv, &[])
+    }
+
+    /// [`Driver::spawn`] with `vars` set in the agent's environment.
+    pub(crate) fn spawn_with(env: &Env, argv: &str, vars: &[(&str, &str)]) -> Driver {
         let argv: Vec<String> = serde_json::from_str(argv).unwrap();
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
+            .envs(vars.iter().copied())
             .env("HOME", &env.home)
             .env_remove("STEWARD_DATA_DIR")
             .env_remove("STEWARD_CONFIG")
@@ -846,16 +852,11 @@ fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again()
 /// The claims and owners in the file, and whether each owner's lock is held: what
 /// a failed recovery assertion needs to be read.
 fn claims_and_owners(env: &Env) -> String {
-    let conn = rusqlite::Connection::open_with_flags(
-        env.db(),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(env.db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     let mut out = String::new();
-    for sql in [
-        "SELECT * FROM session_execution",
-        "SELECT * FROM owner",
-    ] {
+    for sql in ["SELECT * FROM session_execution", "SELECT * FROM owner"] {
         let mut stmt = conn.prepare(sql).unwrap();
         let n = stmt.column_count();
         let rows = stmt
@@ -871,7 +872,10 @@ fn claims_and_owners(env: &Env) -> String {
             out.push('\n');
         }
     }
-    for entry in std::fs::read_dir(env.data.join("owners")).into_iter().flatten() {
+    for entry in std::fs::read_dir(env.data.join("owners"))
+        .into_iter()
+        .flatten()
+    {
         let path = entry.unwrap().path();
         let held = std::fs::File::open(&path)
             .map(|f| f.try_lock().is_err())

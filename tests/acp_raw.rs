@@ -322,3 +322,60 @@ fn r4_19_acp_output_held_back_by_the_pace_is_sent_when_the_command_goes_quiet() 
     assert!(client.wait_for(Duration::from_secs(20), |m| m["id"] == 71));
     assert!(client.close().success());
 }
+
+#[test]
+fn r4_19_acp_live_output_never_carries_a_hidden_value_not_even_in_pieces() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let key = "sk-live-ABCDEF0123456789";
+    // The key written in two pieces with a pause between, then a long line that
+    // ends with it across the 4 KiB piece a line is heard in.
+    let script = write_script(
+        &env,
+        "split.toml",
+        &format!(
+            "[[step]]\ntext = [\"Running.\"]\ntool_calls = [{{ tool = \"run_command\", input = {{ command = \"printf 'split:{}'; sleep 0.8; printf '{}\\\\n'; printf '%4090s' '' | tr ' ' x; printf '{}\\\\n'; sleep 0.6\" }} }}]\n[[step]]\ntext = [\"Ran.\"]\n",
+            &key[..11],
+            &key[11..],
+            key
+        ),
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[provider]\napi_key_env = \"STEWARD_TEST_HIDDEN\"\n[tools]\nallow = [\"run_command\"]\n",
+    )
+    .unwrap();
+    let mut client = Driver::spawn_with(
+        &env,
+        &argv(&env, &script, Some(&config)),
+        &[("STEWARD_TEST_HIDDEN", key)],
+    );
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 72, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "run"}]}}),
+    );
+    assert!(client.wait_for(Duration::from_secs(30), |m| m["id"] == 72));
+    let live: Vec<String> = client
+        .seen
+        .iter()
+        .filter(|m| m["params"]["update"]["status"] == "in_progress")
+        .map(|m| m["params"]["update"]["content"].to_string())
+        .filter(|c| c.contains("split:"))
+        .collect();
+    assert!(!live.is_empty(), "{:#?}", client.seen);
+    for content in &live {
+        assert!(
+            !content.contains(&key[..8]),
+            "a piece of the key went out: {content}"
+        );
+    }
+    assert!(
+        live.iter().any(|c| c.contains("split:<redacted>")),
+        "{live:#?}"
+    );
+    assert!(client.close().success());
+}

@@ -107,7 +107,7 @@ fn r4_19_a_hidden_value_never_reaches_the_file_through_an_edits_diff() {
         r#"
 [[step]]
 text = ["Editing."]
-tool_calls = [{ tool = "edit_file", input = { path = ".env", old_string = "MODE=dev", new_string = "MODE=prod" } }, { tool = "run_command", input = { command = "cat .env" } }]
+tool_calls = [{ tool = "edit_file", input = { path = ".env", old_string = "MODE=dev", new_string = "MODE=prod" } }, { tool = "run_command", input = { command = "cat .env" } }, { tool = "write_file", input = { path = ".env", content = "KEY=<redacted>\nMODE=test\n" } }]
 [[step]]
 text = ["Done."]
 "#,
@@ -140,6 +140,15 @@ text = ["Done."]
             "{name} holds the hidden value"
         );
     }
+    // Writing back the `<redacted>` the model saw would destroy the value.
+    assert!(
+        tools[2]["state"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("holds a value Steward hides"),
+        "{}",
+        tools[2]
+    );
     // The edit itself kept it: only what Steward shows and keeps is scrubbed.
     assert_eq!(
         std::fs::read_to_string(std::path::Path::new(&work).join(".env")).unwrap(),

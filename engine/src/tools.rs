@@ -336,16 +336,83 @@ impl Permission for Headless {
 /// file tool allowed to read `/proc/self/environ`, say) never hands them to the
 /// transcript or the provider.
 pub(crate) fn scrub_secrets(text: String, hidden: &[String]) -> String {
-    let mut text = text;
-    for name in hidden {
-        if let Ok(value) = std::env::var(name)
-            && value.len() >= 4
-            && text.contains(&value)
-        {
-            text = text.replace(&value, "<redacted>");
+    let values: Vec<String> = hidden
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .collect();
+    scrub_values(text, &values)
+}
+
+/// Refuses a write that would put `<redacted>` where the file holds a value Steward
+/// hides: the model saw `<redacted>` there, and writing back what it saw would
+/// destroy the value — with a diff that, scrubbed, shows no change (§4.19).
+pub(crate) fn keeps_hidden_values(
+    hidden: &[String],
+    old: Option<&str>,
+    new: &str,
+    path: &Path,
+) -> Result<(), String> {
+    let Some(old) = old else {
+        return Ok(());
+    };
+    let held = hidden
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter(|v| v.len() >= 4)
+        .any(|v| old.contains(&v) && !new.contains(&v));
+    if held && new.contains("<redacted>") {
+        return Err(format!(
+            "{} holds a value Steward hides (you see it as <redacted>): writing <redacted> in its place would destroy it; nothing was written — change the lines around it with edit_file",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// `text` with each of `values` (of 4 bytes or more) replaced by `<redacted>`,
+/// and so is what is left of one cut short where the text was cut.
+fn scrub_values(mut text: String, values: &[String]) -> String {
+    for value in values.iter().filter(|v| v.len() >= 4) {
+        if text.contains(value.as_str()) {
+            text = text.replace(value.as_str(), "<redacted>");
         }
+        text = redact_cut(text, value);
     }
     text
+}
+
+/// `text` with the beginnings of `value` that were cut short where the text was
+/// cut — at its end, or before a note Steward added (`\n[output truncated]`,
+/// `\n[stderr]`) — redacted too: most of a key is as good as the key.
+fn redact_cut(text: String, value: &str) -> String {
+    // Shorter beginnings are as likely the text's own.
+    let least = 8.min(value.len() - 1);
+    if !value.is_char_boundary(least) {
+        return text;
+    }
+    let start = &value[..least];
+    if !text.contains(start) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(start) {
+        let tail = &rest[at..];
+        let n = (least..value.len())
+            .rev()
+            .find(|&n| value.is_char_boundary(n) && tail.starts_with(&value[..n]))
+            .unwrap_or(least);
+        let after = &tail[n..];
+        out.push_str(&rest[..at]);
+        if after.is_empty() || after.starts_with("\n[") {
+            out.push_str("<redacted>");
+        } else {
+            out.push_str(&tail[..n]);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Truncates `text` to at most `limit` bytes on a character boundary, saying so.
@@ -368,4 +435,30 @@ pub(crate) fn string_arg<'a>(input: &'a Value, name: &str) -> Result<&'a str, St
         .get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("invalid arguments: `{name}` (a string) is required"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn i13_a_hidden_value_cut_where_the_text_was_cut_is_redacted_too() {
+        let key = vec!["sk-live-ABCDEF0123456789".to_string()];
+        let scrub = |t: &str| scrub_values(t.to_string(), &key);
+        assert_eq!(scrub("k=sk-live-ABCDEF0123456789\n"), "k=<redacted>\n");
+        // Cut at the end of the text, or before a note Steward adds.
+        assert_eq!(scrub("xxxsk-live-ABCD"), "xxx<redacted>");
+        assert_eq!(
+            scrub("yyysk-live-ABCD\n[output truncated]"),
+            "yyy<redacted>\n[output truncated]"
+        );
+        assert_eq!(
+            scrub("out sk-live-AB\n[stderr]\nerr"),
+            "out <redacted>\n[stderr]\nerr"
+        );
+        // A short beginning, or one the text goes on from, is the text's own.
+        assert_eq!(scrub("ends with sk-li"), "ends with sk-li");
+        assert_eq!(scrub("sk-live-ABC is a prefix"), "sk-live-ABC is a prefix");
+    }
 }

@@ -103,8 +103,15 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                                 }
                                 if total > DIFF_LINES {
                                     out!(
-                                        "    … {} more lines of the diff (--json has it all)",
+                                        "    … {} more lines of the diff (--json has them)",
                                         total - DIFF_LINES
+                                    );
+                                }
+                                // The diff's own "[diff truncated]" is past the cut.
+                                if diff.truncated && total > DIFF_LINES {
+                                    out!(
+                                        "    (the diff was cut when it was kept: a side was longer than {} KiB)",
+                                        steward_engine::tools::diff::MAX_SIDE / 1024
                                     );
                                 }
                             } else if let Some(output) = &t.state.output {

@@ -196,12 +196,29 @@ impl Execution {
                 call.call_id.clone(),
                 tools.hidden_env.clone(),
             );
-            // Heard in whole lines, so a value to hide is seen whole (§4.13).
+            // A value to hide may come split across pieces: each scrubber holds
+            // back a tail that could begin its value until the rest shows
+            // whether it does (§4.13, §4.19).
+            let scrubbers: Vec<crate::provider::http::Scrubber> = hidden
+                .iter()
+                .filter_map(|name| std::env::var(name).ok())
+                .filter(|value| value.len() >= 4)
+                .map(|value| crate::provider::http::Scrubber::new(Some(&value)))
+                .collect();
+            let scrubbers = std::sync::Mutex::new(scrubbers);
             std::sync::Arc::new(move |text: &str| {
+                let mut scrubbers = scrubbers.lock().unwrap_or_else(|e| e.into_inner());
+                let mut text = Some(text.to_string());
+                for scrubber in scrubbers.iter_mut() {
+                    text = text.and_then(|t| scrubber.pass(&t));
+                }
+                let Some(text) = text else {
+                    return;
+                };
                 let _ = events.send(crate::runner::EngineEvent::ToolOutput {
                     session_id: session.clone(),
                     call_id: call_id.clone(),
-                    text: crate::tools::scrub_secrets(text.to_string(), &hidden),
+                    text,
                 });
             }) as crate::tools::Heard
         };

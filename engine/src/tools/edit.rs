@@ -71,7 +71,11 @@ pub fn apply(
     }
     let crlf_lines = text.matches("\r\n").count();
     let mostly_crlf = crlf_lines > 0 && crlf_lines >= text.matches('\n').count() - crlf_lines;
-    let (old, crlf) = if text.contains(old) {
+    let (old, crlf) = if crlf_lines > 0 && has_bare_newline(old) && text.contains(&with_crlf(old)) {
+        // Line breaks written with `\n` in a file that uses `\r\n`: never a bare
+        // `\n` matched inside an `\r\n`.
+        (with_crlf(old), true)
+    } else if text.contains(old) {
         let crlf = if old.contains('\n') {
             old.contains("\r\n")
         } else {
@@ -161,13 +165,20 @@ impl Tool for EditFile {
         let mut probe = ctx.clone();
         probe.approved = located.guarded();
         let shown = located.path.to_string_lossy().into_owned();
-        let diff = current_text(&probe, &located, MAX_EDIT_BYTES)
+        let through_client = ctx.client.as_ref().is_some_and(|c| c.reads() && c.writes());
+        let diff = match current_text(&probe, &located, MAX_EDIT_BYTES)
             .ok()
             .flatten()
-            .and_then(|text| {
-                let (after, _) = apply(&text, &ask.old, &ask.new, ask.all, &shown).ok()?;
-                Some(FileDiff::between(&shown, Some(&text), &after))
-            });
+        {
+            Some(text) => match apply(&text, &ask.old, &ask.new, ask.all, &shown) {
+                Ok((after, _)) => Some(FileDiff::between(&shown, Some(&text), &after)),
+                // An edit that cannot apply fails at once, unasked (the editor's
+                // buffer, which may differ, is read when the call runs).
+                Err(e) if !through_client => return Err(e),
+                Err(_) => None,
+            },
+            None => None,
+        };
         Ok(Assessment {
             guarded: located.guarded(),
             diff,
@@ -261,8 +272,7 @@ fn edit_on_disk(ctx: &ToolContext, ask: &Ask) -> Result<ToolOutput, String> {
             "{shown} changed while it was being edited: nothing was written; read it again"
         ));
     }
-    drop(file);
-    super::fs::replace_whole(&dir, &name, after.as_bytes(), Some(before.mode()), false)
+    super::fs::replace_whole(&dir, &name, after.as_bytes(), Some((&mut file, &now)))
         .map_err(|e| format!("cannot write {shown}: {e}"))?;
     Ok(edited(
         FileDiff::between(&shown, Some(&text), &after),
@@ -424,6 +434,9 @@ mod tests {
         // A file with `\n` only is left alone.
         let (out, _) = apply("x\ny\n", "y", "1\n2", false, "/w").unwrap();
         assert_eq!(out, "x\n1\n2\n");
+        // A bare `\n` never matches inside an `\r\n`.
+        let (out, n) = apply("1\r\n2\r\n", "\n", "\n\n", true, "/w").unwrap();
+        assert_eq!((out.as_str(), n), ("1\r\n\r\n2\r\n\r\n", 2));
     }
 
     #[test]

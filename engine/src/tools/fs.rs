@@ -240,43 +240,92 @@ pub(crate) fn open_for_edit(
 }
 
 /// Puts `content` at `name` in `dir` whole or not at all (protocol §4.19): written
-/// to a new file beside it, synced, then renamed over the old one, so a crash
-/// leaves the old text or the new, never a part of either. `mode` is the replaced
-/// file's permissions. With `absent` (there was no file), it is linked into place
-/// only while the name is still free: a file that appeared there since is not
-/// replaced.
+/// to a new file beside it, with the replaced file's permissions and owner, synced,
+/// then renamed over the old one, so a crash leaves the old text or the new, never
+/// a part of either. `original` is the replaced file, opened for writing, and what
+/// it was; `None` when there was none: the new file is then put in place only
+/// while the name is still free (a file that appeared there since is not
+/// replaced).
+///
+/// The original is written in place instead — a crash may then leave it partly
+/// written — where a new file cannot stand for it: when it has other hard links
+/// (they must see the change), when its owner cannot be kept, or when its
+/// directory takes no new file.
 pub(crate) fn replace_whole(
     dir: &cap_std::fs::Dir,
     name: &std::ffi::OsStr,
     content: &[u8],
-    mode: Option<u32>,
-    absent: bool,
+    original: Option<(&mut File, &Metadata)>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let temp = format!(".steward-{}.tmp", uuid::Uuid::now_v7().simple());
-    let placed = (|| {
-        let mut file = dir
-            .open_with(
-                &temp,
-                cap_std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(NO_FOLLOW),
-            )?
-            .into_std();
-        if let Some(mode) = mode {
-            file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
-        }
+    let in_place = |file: &mut File| -> std::io::Result<()> {
+        use std::io::Seek;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        file.set_len(0)?;
         file.write_all(content)?;
-        file.sync_all()?;
-        crate::failpoint!("tools.before_replace");
-        if absent {
-            dir.hard_link(&temp, dir, name)
-        } else {
-            dir.rename(&temp, dir, name)
+        file.sync_all()
+    };
+    let mut original = original;
+    if let Some((file, meta)) = &mut original
+        && meta.nlink() > 1
+    {
+        return in_place(file);
+    }
+    let temp = format!(".steward-{}.tmp", uuid::Uuid::now_v7().simple());
+    let created = dir.open_with(
+        &temp,
+        cap_std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(NO_FOLLOW),
+    );
+    let mut new = match created {
+        Ok(new) => new.into_std(),
+        Err(e) => {
+            let refused = matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            );
+            return match &mut original {
+                Some((file, _)) if refused => in_place(file),
+                _ => Err(e),
+            };
         }
-    })();
-    if absent || placed.is_err() {
+    };
+    // The replaced file's permissions and owner, or the original written in place.
+    if let Some((file, meta)) = &mut original {
+        let kept = new
+            .set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+            .and_then(|()| new.metadata())
+            .map(|made| {
+                (made.uid(), made.gid()) == (meta.uid(), meta.gid())
+                    || std::os::unix::fs::fchown(&new, Some(meta.uid()), Some(meta.gid())).is_ok()
+            });
+        match kept {
+            Ok(true) => {}
+            Ok(false) => {
+                drop(new);
+                let _ = dir.remove_file(&temp);
+                return in_place(file);
+            }
+            Err(e) => {
+                drop(new);
+                let _ = dir.remove_file(&temp);
+                return Err(e);
+            }
+        }
+    }
+    let placed = new
+        .write_all(content)
+        .and_then(|()| new.sync_all())
+        .and_then(|()| {
+            crate::failpoint!("tools.before_replace");
+            match original {
+                None => rename_no_replace(dir, &temp, name),
+                Some(_) => dir.rename(&temp, dir, name),
+            }
+        });
+    if placed.is_err() {
         let _ = dir.remove_file(&temp);
     }
     placed?;
@@ -285,6 +334,48 @@ pub(crate) fn replace_whole(
         let _ = d.into_std_file().sync_all();
     }
     Ok(())
+}
+
+/// Renames `from` to `to` in `dir` only if nothing is at `to` (`AlreadyExists`
+/// otherwise): in one step where the system can (Linux's `RENAME_NOREPLACE`),
+/// else by a hard link and the removal of `from`.
+#[allow(unsafe_code)]
+fn rename_no_replace(
+    dir: &cap_std::fs::Dir,
+    from: &str,
+    to: &std::ffi::OsStr,
+) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let (from_c, to_c) = (
+            std::ffi::CString::new(from).map_err(std::io::Error::other)?,
+            std::ffi::CString::new(to.as_bytes()).map_err(std::io::Error::other)?,
+        );
+        let fd = dir.as_raw_fd();
+        // SAFETY: plain syscall on a descriptor we hold and two NUL-terminated
+        // names that outlive it.
+        let rc = unsafe {
+            libc::renameat2(
+                fd,
+                from_c.as_ptr(),
+                fd,
+                to_c.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        // A file system without the flag falls back to the link.
+        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+            return Err(e);
+        }
+    }
+    dir.hard_link(from, dir, to)?;
+    dir.remove_file(from)
 }
 
 /// Refuses a run that finds the file other than the permission question showed it
@@ -609,6 +700,12 @@ async fn write_through(
             .ok_or_else(|| changed_since_shown(&located.path))?;
         still_as_shown(ctx, &located.path, now.as_deref())?;
     }
+    crate::tools::keeps_hidden_values(
+        &ctx.config.hidden_env,
+        old.as_ref().and_then(|o| o.as_deref()),
+        &content,
+        &located.path,
+    )?;
     let bytes = content.len();
     let diff = old
         .as_ref()
@@ -656,7 +753,7 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
     }
     // The file replaced is opened first — read and write, as it is (a file the
     // user may not write is refused) — and checked as located and approved.
-    let (old, mode) = if existed {
+    let (old, mut opened) = if existed {
         let file = dir
             .open_with(
                 &name,
@@ -667,15 +764,18 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
             )
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?
             .into_std();
-        let (file, meta) = refuse_opened_database(&path, file, "write")?;
+        let (mut file, meta) = refuse_opened_database(&path, file, "write")?;
         check_opened(ctx, &located, &meta, "write")?;
         // What it held, for the diff (a file too large, or not text, shows none).
         let text = if meta.len() <= MAX_EDIT_BYTES {
-            text_of(file, &path).ok()
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .ok()
+                .and_then(|_| String::from_utf8(bytes).ok())
         } else {
             None
         };
-        (text.map(Some), Some(meta.mode()))
+        (text.map(Some), Some((file, meta)))
     } else {
         (Some(None), None)
     };
@@ -683,7 +783,14 @@ fn write(ctx: &ToolContext, path: &str, content: &str) -> Result<ToolOutput, Str
         let now = old.as_ref().ok_or_else(|| changed_since_shown(&path))?;
         still_as_shown(ctx, &path, now.as_deref())?;
     }
-    replace_whole(&dir, &name, content.as_bytes(), mode, !existed).map_err(|e| match e.kind() {
+    crate::tools::keeps_hidden_values(
+        &ctx.config.hidden_env,
+        old.as_ref().and_then(|o| o.as_deref()),
+        content,
+        &path,
+    )?;
+    let original = opened.as_mut().map(|(file, meta)| (file, &*meta));
+    replace_whole(&dir, &name, content.as_bytes(), original).map_err(|e| match e.kind() {
         std::io::ErrorKind::AlreadyExists => format!(
             "cannot write {}: a file appeared there while it was being written",
             path.display()

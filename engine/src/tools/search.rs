@@ -137,6 +137,34 @@ impl Beneath {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(format!("{} is not a file", path.display()));
         };
+        let dir = self.dir_of(path, parent)?;
+        let file = dir
+            .open_with(
+                name,
+                cap_std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK),
+            )
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .into_std();
+        self.read(path, file)
+    }
+
+    /// Whether `path` (found by the walk) is a regular file beneath the root when
+    /// looked up again without following a link: a directory swapped for a link
+    /// while the walk listed it listed the names of another place.
+    fn still_beneath(&mut self, path: &Path) -> bool {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return false;
+        };
+        self.dir_of(path, parent)
+            .and_then(|dir| dir.symlink_metadata(name).map_err(|e| e.to_string()))
+            .is_ok_and(|meta| meta.is_file())
+    }
+
+    /// The directory `parent` of `path`, opened beneath the root's directory one
+    /// component at a time, following no link.
+    fn dir_of(&mut self, path: &Path, parent: &Path) -> Result<&Dir, String> {
         let cached = self.last.as_ref().is_some_and(|(p, _)| p == parent);
         if !cached {
             let below = parent
@@ -152,18 +180,14 @@ impl Beneath {
             }
             self.last = Some((parent.to_path_buf(), dir));
         }
-        let Some((_, dir)) = &self.last else {
-            return Err(format!("cannot open {}", parent.display()));
-        };
-        let file = dir
-            .open_with(
-                name,
-                cap_std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK),
-            )
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-            .into_std();
+        match &self.last {
+            Some((_, dir)) => Ok(dir),
+            None => Err(format!("cannot open {}", parent.display())),
+        }
+    }
+
+    /// The text of `file`, opened as `path`, or why it is left out.
+    fn read(&mut self, path: &Path, file: std::fs::File) -> Result<String, String> {
         let meta = file
             .metadata()
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -425,7 +449,7 @@ fn glob(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
         .build()
         .map_err(|e| format!("invalid glob: {e}"))?
         .compile_matcher();
-    let beneath = Beneath::new(ctx, optional(input, "path")?)?;
+    let mut beneath = Beneath::new(ctx, optional(input, "path")?)?;
     if !beneath.root.is_dir() {
         return Err(format!(
             "{} is a file: glob lists from a directory",
@@ -437,7 +461,7 @@ fn glob(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
     let mut capped = false;
     for file in files {
         let relative = file.strip_prefix(&beneath.root).unwrap_or(&file);
-        if matcher.is_match(relative) {
+        if matcher.is_match(relative) && beneath.still_beneath(&file) {
             if found.len() == MAX_FILES {
                 capped = true;
                 break;

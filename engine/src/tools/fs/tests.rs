@@ -635,3 +635,33 @@ fn is_root() -> bool {
     // SAFETY: plain syscall with no arguments.
     unsafe { libc::geteuid() == 0 }
 }
+
+#[tokio::test]
+async fn r4_19_an_allowed_file_with_other_hard_links_is_written_in_place_for_all_its_names() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("a.txt"), "old\n").unwrap();
+    std::fs::hard_link(work.join("a.txt"), root.path().join("other.txt")).unwrap();
+    let ctx = ctx_in(&work);
+    let allowed = ToolContext {
+        approved: approval(&ctx, "a.txt"),
+        ..ctx_in(&work)
+    };
+    let written = call(
+        &WriteFile,
+        &allowed,
+        json!({"path": "a.txt", "content": "new\n"}),
+    )
+    .await;
+    assert!(
+        matches!(written, ToolOutput::Completed { .. }),
+        "{written:?}"
+    );
+    // The user allowed a file that is reached from elsewhere too: every name sees it.
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("other.txt")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(std::fs::metadata(work.join("a.txt")).unwrap().nlink(), 2);
+}

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::config::ProviderConfig;
 use crate::message::{Finish, Reasoning, Usage};
+use crate::provider::context::WireIds;
 use crate::provider::http::{self, Scrubber};
 use crate::provider::limits::{self, Limits};
 use crate::provider::{
@@ -89,10 +90,12 @@ impl AnthropicProvider {
     /// `tool_result` blocks — the API refuses them unless tools are defined — so
     /// there the calls and their results are told as text. Reasoning without a
     /// signature (another provider's thinking, which the API would refuse) is not
-    /// sent back.
+    /// sent back. Call ids are sent valid and unique ([`WireIds`]), each result with
+    /// its call's.
     pub fn body(&self, request: &ProviderRequest) -> Value {
         let cache = json!({"type": "ephemeral"});
         let tool_blocks = !request.tools.is_empty();
+        let mut ids = WireIds::strict();
         let mut system = Vec::new();
         let mut messages: Vec<Value> = Vec::new();
         // Consecutive user content (tool results, then a note or a prompt) is one
@@ -119,8 +122,9 @@ impl AnthropicProvider {
                     is_error,
                     ..
                 } => {
-                    let mut block =
-                        json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
+                    let mut block = json!({"type": "tool_result",
+                                           "tool_use_id": ids.result(call_id),
+                                           "content": content});
                     if *is_error {
                         block["is_error"] = json!(true);
                     }
@@ -163,7 +167,7 @@ impl AnthropicProvider {
                             Value::Object(_) => call.input.clone(),
                             _ => json!({}),
                         };
-                        content.push(json!({"type": "tool_use", "id": call.call_id,
+                        content.push(json!({"type": "tool_use", "id": ids.call(&call.call_id),
                                             "name": call.tool, "input": input}));
                     }
                     if !content.is_empty() {

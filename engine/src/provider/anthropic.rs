@@ -32,6 +32,9 @@ use crate::provider::{
 /// The API version every request names.
 pub const API_VERSION: &str = "2023-06-01";
 
+/// What stands for a user's turn of whitespace alone, which the API refuses.
+pub const EMPTY: &str = "(empty message)";
+
 /// Talks to one Messages API server. The key goes in `x-api-key` and nowhere else.
 #[derive(Clone)]
 pub struct AnthropicProvider {
@@ -91,7 +94,7 @@ impl AnthropicProvider {
     /// there the calls and their results are told as text. Reasoning without a
     /// signature (another provider's thinking, which the API would refuse) is not
     /// sent back. Call ids are sent valid and unique ([`WireIds`]), each result with
-    /// its call's.
+    /// its call's. No text block is of whitespace alone, which the API refuses.
     pub fn body(&self, request: &ProviderRequest) -> Value {
         let cache = json!({"type": "ephemeral"});
         let tool_blocks = !request.tools.is_empty();
@@ -109,6 +112,14 @@ impl AnthropicProvider {
         for message in &request.messages {
             match message {
                 ChatMessage::System(text) => system.push(text.as_str()),
+                // The API refuses a text block of whitespace alone: such a prompt
+                // is left out, or stands as a placeholder when it alone would
+                // make the user's turn.
+                ChatMessage::User(text) if text.trim().is_empty() => {
+                    if messages.last().is_none_or(|m| m["role"] != "user") {
+                        user_block(&mut messages, json!({"type": "text", "text": EMPTY}));
+                    }
+                }
                 ChatMessage::User(text) => {
                     user_block(&mut messages, json!({"type": "text", "text": text}));
                 }
@@ -157,7 +168,9 @@ impl AnthropicProvider {
                             said.push_str(&format!("[called {} with {}]", call.tool, call.input));
                         }
                     }
-                    if !said.is_empty() {
+                    // Text of whitespace alone (a model's "\n\n" before a call) is
+                    // left out; a turn left with nothing is not sent.
+                    if !said.trim().is_empty() {
                         content.push(json!({"type": "text", "text": said}));
                     }
                     for call in tool_calls.iter().filter(|_| tool_blocks) {

@@ -793,3 +793,59 @@ fn r4_18_call_ids_from_other_providers_are_sent_valid_and_unique() {
         ]
     );
 }
+
+#[test]
+fn r4_18_no_text_block_of_whitespace_alone_is_sent() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    let [call, result] = called("toolu_1", "true");
+    let ChatMessage::Assistant {
+        tool_calls,
+        reasoning,
+        ..
+    } = call
+    else {
+        unreachable!()
+    };
+    let body = provider.body(&request(vec![
+        ChatMessage::System("sys".into()),
+        ChatMessage::User("hi".into()),
+        // A model that streamed a blank line before its call.
+        ChatMessage::Assistant {
+            text: "\n\n".into(),
+            tool_calls,
+            reasoning,
+        },
+        result,
+        ChatMessage::Assistant {
+            text: "Done.".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        // A prompt of spaces, answered with whitespace alone.
+        ChatMessage::User("   ".into()),
+        ChatMessage::Assistant {
+            text: " \n".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        ChatMessage::User("again".into()),
+    ]));
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "run_command",
+                 "input": {"command": "true"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ran true"}
+            ]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "(empty message)"},
+                {"type": "text", "text": "again", "cache_control": {"type": "ephemeral"}}
+            ]}
+        ])
+    );
+}

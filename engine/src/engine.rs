@@ -50,11 +50,10 @@ pub fn check_prompt(prompt: &str) -> Result<()> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Redrive {
     pub report: WakeReport,
-    /// Sessions woken, in order.
+    /// Sessions woken, in order. Those left waiting for a provider and model this
+    /// process does not have are in the report (`waiting_sessions`, protocol
+    /// §4.17).
     pub sessions: Vec<String>,
-    /// Sessions left waiting, each with the provider and model it runs on
-    /// (`provider/model`), which this process does not have (protocol §4.17).
-    pub waiting: Vec<(String, String)>,
 }
 
 /// What [`Engine::continue_execution`] did.

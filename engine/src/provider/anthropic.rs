@@ -79,7 +79,7 @@ impl AnthropicProvider {
             model: config
                 .model
                 .clone()
-                .ok_or("provider.model is required for `anthropic` (e.g. claude-sonnet-4-5)")?,
+                .ok_or("provider.model (or --model) is required for `anthropic` (e.g. claude-sonnet-4-5)")?,
             api_key,
             limits: Limits::of(config),
             max_tokens: config.max_tokens,

@@ -71,7 +71,7 @@ impl OllamaProvider {
             model: config
                 .model
                 .clone()
-                .ok_or("provider.model is required for `ollama` (e.g. qwen2.5-coder)")?,
+                .ok_or("provider.model (or --model) is required for `ollama` (e.g. qwen2.5-coder)")?,
             api_key,
             limits: Limits::of(config),
             num_ctx: config.num_ctx,

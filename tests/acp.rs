@@ -846,16 +846,11 @@ fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again()
 /// The claims and owners in the file, and whether each owner's lock is held: what
 /// a failed recovery assertion needs to be read.
 fn claims_and_owners(env: &Env) -> String {
-    let conn = rusqlite::Connection::open_with_flags(
-        env.db(),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(env.db(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     let mut out = String::new();
-    for sql in [
-        "SELECT * FROM session_execution",
-        "SELECT * FROM owner",
-    ] {
+    for sql in ["SELECT * FROM session_execution", "SELECT * FROM owner"] {
         let mut stmt = conn.prepare(sql).unwrap();
         let n = stmt.column_count();
         let rows = stmt
@@ -871,7 +866,10 @@ fn claims_and_owners(env: &Env) -> String {
             out.push('\n');
         }
     }
-    for entry in std::fs::read_dir(env.data.join("owners")).into_iter().flatten() {
+    for entry in std::fs::read_dir(env.data.join("owners"))
+        .into_iter()
+        .flatten()
+    {
         let path = entry.unwrap().path();
         let held = std::fs::File::open(&path)
             .map(|f| f.try_lock().is_err())

@@ -502,7 +502,16 @@ fn r4_17_another_provider_chosen_by_flag_takes_none_of_the_configs_settings() {
     // Without `--model`, a provider that needs one says so.
     let output = env
         .cmd()
-        .args(["--config", &config, "--provider", "ollama", "run", "--dir", &work, "hi"])
+        .args([
+            "--config",
+            &config,
+            "--provider",
+            "ollama",
+            "run",
+            "--dir",
+            &work,
+            "hi",
+        ])
         .output()
         .unwrap();
     assert_eq!(code(&output), 1, "{}", stderr(&output));

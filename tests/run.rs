@@ -215,7 +215,10 @@ fn a_prompt_of_whitespace_alone_is_refused_before_anything_runs() {
     let output = env.run(&["run", "--dir", &work, "  ", "\n"]);
     assert_eq!(code(&output), 1, "{}", stdout(&output));
     assert_eq!(stderr(&output), "steward: the prompt is empty\n");
-    assert!(json_sessions(&env).is_empty(), "a refused prompt left a session");
+    assert!(
+        json_sessions(&env).is_empty(),
+        "a refused prompt left a session"
+    );
 }
 
 #[test]

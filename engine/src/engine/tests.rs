@@ -888,9 +888,11 @@ async fn a_prompt_of_whitespace_alone_is_refused_and_nothing_is_admitted() {
         let db = engine.db().clone();
         async move {
             db.read(move |c| {
-                Ok(c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
-                    r.get::<_, i64>(0)
-                })?)
+                Ok(
+                    c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+                        r.get::<_, i64>(0)
+                    })?,
+                )
             })
             .await
             .unwrap()

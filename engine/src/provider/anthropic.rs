@@ -76,10 +76,9 @@ impl AnthropicProvider {
         Ok(AnthropicProvider {
             client,
             endpoint: format!("{}/v1/messages", config.base_url()),
-            model: config
-                .model
-                .clone()
-                .ok_or("provider.model (or --model) is required for `anthropic` (e.g. claude-sonnet-4-5)")?,
+            model: config.model.clone().ok_or(
+                "provider.model (or --model) is required for `anthropic` (e.g. claude-sonnet-4-5)",
+            )?,
             api_key,
             limits: Limits::of(config),
             max_tokens: config.max_tokens,

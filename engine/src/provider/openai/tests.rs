@@ -468,7 +468,9 @@ fn call_ids_repeated_across_the_history_are_sent_unique() {
     // Ollama invents `call_0` afresh each step; another server's ids go as they are.
     request.messages.extend(call("call_0", "one"));
     request.messages.extend(call("call_0", "two"));
-    request.messages.extend(call("functions.run_command:0", "three"));
+    request
+        .messages
+        .extend(call("functions.run_command:0", "three"));
     let body = provider.body(&request);
     let ids: Vec<&str> = body["messages"]
         .as_array()

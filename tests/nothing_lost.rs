@@ -239,7 +239,7 @@ fn r5_7_one_damaged_continuation_keeps_no_other_session_from_waking() {
     let report: Value = serde_json::from_slice(&recover.stdout).unwrap();
     assert_eq!(
         report["wakes"],
-        json!({"redriven": 2, "failed": 0, "quarantined": 1, "waiting": 0}),
+        json!({"redriven": 2, "failed": 0, "quarantined": 1, "waiting": 0, "waiting_sessions": []}),
         "{report}"
     );
     assert_eq!(

@@ -463,6 +463,66 @@ fn r4_17_a_session_keeps_its_provider_and_model() {
 }
 
 #[test]
+fn r4_17_another_provider_chosen_by_flag_takes_none_of_the_configs_settings() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    // Written for Anthropic, with a key that is not set here: none of it applies
+    // to the provider the flag names.
+    let config = write_script(
+        &env,
+        "anthropic.toml",
+        "[provider]\nname = \"anthropic\"\nbase_url = \"http://127.0.0.1:9\"\n\
+         api_key_env = \"STEWARD_TEST_KEY_NEVER_SET\"\nmodel = \"claude-x\"\n",
+    );
+    let output = env
+        .cmd()
+        .args([
+            "--config",
+            &config,
+            "--provider",
+            "scripted",
+            "run",
+            "--dir",
+            &work,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let session = only_session(&env);
+    let answered = show(&env, &session)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["type"] == "assistant")
+        .map(|m| (m["data"]["provider"].clone(), m["data"]["model"].clone()))
+        .unwrap();
+    // The built-in demo, not a script named after Anthropic's model.
+    assert_eq!(answered, ("scripted".into(), "demo".into()));
+    // Without `--model`, a provider that needs one says so.
+    let output = env
+        .cmd()
+        .args([
+            "--config",
+            &config,
+            "--provider",
+            "ollama",
+            "run",
+            "--dir",
+            &work,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("provider.model (or --model) is required for `ollama`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn r4_17_a_continuation_waits_for_a_process_with_its_model() {
     let env = Env::new();
     let work = work_dir(&env);
@@ -487,12 +547,18 @@ fn r4_17_a_continuation_waits_for_a_process_with_its_model() {
     let demo = env.run(&["recover", "--json"]);
     assert_eq!(code(&demo), 0, "{}", stderr(&demo));
     let report: Value = serde_json::from_str(&stdout(&demo)).unwrap();
+    let session = only_session(&env);
     assert_eq!(report["wakes"]["waiting"], 1, "{report}");
     assert_eq!(report["wakes"]["redriven"], 0, "{report}");
+    // Named, with the provider and model it waits for.
+    assert_eq!(
+        report["wakes"]["waiting_sessions"],
+        serde_json::json!([{"session_id": session, "provider": "scripted", "model": "slow"}]),
+        "{report}"
+    );
     let inspect: Value = serde_json::from_slice(&env.run(&["inspect", "--json"]).stdout).unwrap();
     assert_eq!(inspect["wakes"].as_array().unwrap().len(), 1, "{inspect}");
     // Told in words: the session, and the model it waits for — not this process's.
-    let session = only_session(&env);
     let told = env.run(&["recover"]);
     assert_eq!(code(&told), 0, "{}", stderr(&told));
     assert!(

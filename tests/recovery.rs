@@ -82,7 +82,7 @@ fn r5_sigkill_while_a_tool_sleeps_is_reconciled_and_continued_without_repeating_
     assert_eq!(report["recovered"][0]["phase"], "ready");
     assert_eq!(
         report["wakes"],
-        serde_json::json!({"redriven": 1, "failed": 0, "quarantined": 0, "waiting": 0})
+        serde_json::json!({"redriven": 1, "failed": 0, "quarantined": 0, "waiting": 0, "waiting_sessions": []})
     );
     assert!(report["duration_ms"].as_u64().unwrap() < 1_000, "{report}");
     assert!(wall < Duration::from_secs(5), "relaunch took {wall:?}");

@@ -209,6 +209,19 @@ fn r4_ctrl_c_during_run_cancels_records_it_and_exits_130() {
 }
 
 #[test]
+fn a_prompt_of_whitespace_alone_is_refused_before_anything_runs() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let output = env.run(&["run", "--dir", &work, "  ", "\n"]);
+    assert_eq!(code(&output), 1, "{}", stdout(&output));
+    assert_eq!(stderr(&output), "steward: the prompt is empty\n");
+    assert!(
+        json_sessions(&env).is_empty(),
+        "a refused prompt left a session"
+    );
+}
+
+#[test]
 fn show_of_an_unknown_session_fails_clearly() {
     let env = Env::new();
     let output = env.run(&["show", "ses_nope"]);

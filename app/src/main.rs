@@ -49,7 +49,9 @@ struct Cli {
     #[arg(long, env = "STEWARD_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
     /// The provider: `scripted` (built in, offline), `openai`, `anthropic` or
-    /// `ollama`.
+    /// `ollama`. Another than the config's `[provider]` runs with its own defaults
+    /// (its default address, no key, `--model`'s model): the config's `base_url`,
+    /// `api_key_env` and `model` are for the provider it names.
     #[arg(long, value_name = "NAME", global = true)]
     provider: Option<String>,
     /// The model name sent to the provider.
@@ -223,8 +225,10 @@ fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
         }
         Err(e) => bail!("cannot read config {}: {e}", paths.config.display()),
     };
+    // Another provider than the config's runs with its own defaults: the config's
+    // address, key and model are for the provider it names (protocol §4.17).
     if let Some(name) = &cli.provider {
-        config.provider.name = name.clone();
+        config.provider = config.provider.for_provider(name);
     }
     if let Some(model) = &cli.model {
         config.provider.model = Some(model.clone());

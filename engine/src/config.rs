@@ -258,6 +258,28 @@ impl ProviderConfig {
             .trim_end_matches('/')
             .to_string()
     }
+
+    /// The settings `--provider name` runs with (protocol §4.17): these, when this
+    /// `[provider]` is `name`'s; else `name`'s defaults, keeping only what every
+    /// provider shares — `max_attempts`, `request_timeout_ms` and the bounds of
+    /// protocol §4.15. Another provider's `base_url`, `api_key_env`, `model` and
+    /// model settings are never carried over: an Anthropic key is not sent to an
+    /// Ollama server, nor an Ollama model name to Anthropic.
+    pub fn for_provider(&self, name: &str) -> ProviderConfig {
+        if name == self.name {
+            return self.clone();
+        }
+        ProviderConfig {
+            name: name.to_string(),
+            max_attempts: self.max_attempts,
+            request_timeout_ms: self.request_timeout_ms,
+            max_event_bytes: self.max_event_bytes,
+            max_answer_bytes: self.max_answer_bytes,
+            max_tool_arguments_bytes: self.max_tool_arguments_bytes,
+            max_error_body_bytes: self.max_error_body_bytes,
+            ..ProviderConfig::default()
+        }
+    }
 }
 
 impl Default for ProviderConfig {
@@ -533,6 +555,32 @@ mod tests {
         for bad in ["", "_", "a_", "_a", "a__b", "a b", "ü", &"x".repeat(33)] {
             assert!(server.validate(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn r4_17_another_provider_chosen_by_flag_takes_none_of_the_configs_address_key_or_model() {
+        let config = Config::from_toml(
+            "[provider]\nname = \"anthropic\"\nbase_url = \"https://gateway.example\"\n\
+             api_key_env = \"ANTHROPIC_API_KEY\"\nmodel = \"claude-x\"\nmax_tokens = 4096\n\
+             thinking_budget = 1024\nmax_attempts = 2\nrequest_timeout_ms = 9000\n\
+             max_event_bytes = 2048\n",
+        )
+        .unwrap()
+        .provider;
+        let ollama = config.for_provider("ollama");
+        assert_eq!(
+            ollama,
+            ProviderConfig {
+                name: "ollama".into(),
+                max_attempts: 2,
+                request_timeout_ms: 9000,
+                max_event_bytes: 2048,
+                ..ProviderConfig::default()
+            }
+        );
+        assert_eq!(ollama.base_url(), "http://127.0.0.1:11434");
+        // The provider the config is written for keeps all of it.
+        assert_eq!(config.for_provider("anthropic"), config);
     }
 
     #[test]

@@ -167,9 +167,9 @@ impl Coordinator {
         *self.inner.expired.lock().unwrap_or_else(|e| e.into_inner()) = Some(handler);
     }
 
-    /// The provider and model `session_id` runs on (`provider/model`) when this
-    /// process does not have them (protocol §4.17); `None` when it runs here.
-    pub async fn waits_for(&self, session_id: &str) -> crate::Result<Option<String>> {
+    /// The provider and model `session_id` runs on when this process does not have
+    /// them (protocol §4.17); `None` when it runs here.
+    pub async fn waits_for(&self, session_id: &str) -> crate::Result<Option<(String, String)>> {
         let id = session_id.to_string();
         let model = self
             .inner
@@ -178,8 +178,12 @@ impl Coordinator {
             .read(move |conn| sessions::model_of(conn, &id))
             .await?;
         Ok(
-            match crate::runner::provider_for(&self.inner.services.provider, session_id, model) {
-                Err(Error::ProviderUnavailable { wanted, .. }) => Some(wanted),
+            match crate::runner::provider_for(
+                &self.inner.services.provider,
+                session_id,
+                model.clone(),
+            ) {
+                Err(Error::ProviderUnavailable { .. }) => model,
                 _ => None,
             },
         )

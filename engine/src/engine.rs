@@ -35,15 +35,25 @@ use crate::tools::{Permission, ToolRegistry};
 
 pub use background::{Redriving, SessionFilter};
 
+/// Refuses a prompt of whitespace alone, before anything is admitted: there is
+/// nothing to ask (and the Messages API would refuse it, protocol §4.18). What
+/// [`Engine::submit`], [`Engine::submit_new`] and [`Engine::admit`] check first;
+/// a front end may check earlier with it.
+pub fn check_prompt(prompt: &str) -> Result<()> {
+    if prompt.trim().is_empty() {
+        return Err(Error::Invalid("the prompt is empty".into()));
+    }
+    Ok(())
+}
+
 /// What [`Engine::redrive_wakes`] started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Redrive {
     pub report: WakeReport,
-    /// Sessions woken, in order.
+    /// Sessions woken, in order. Those left waiting for a provider and model this
+    /// process does not have are in the report (`waiting_sessions`, protocol
+    /// §4.17).
     pub sessions: Vec<String>,
-    /// Sessions left waiting, each with the provider and model it runs on
-    /// (`provider/model`), which this process does not have (protocol §4.17).
-    pub waiting: Vec<(String, String)>,
 }
 
 /// What [`Engine::continue_execution`] did.
@@ -511,13 +521,15 @@ impl Engine {
         Ok(session)
     }
 
-    /// Admits `prompt`; `queue` wakes the session (here, whoever holds it).
+    /// Admits `prompt`; `queue` wakes the session (here, whoever holds it). A
+    /// prompt of whitespace alone is refused ([`check_prompt`]).
     pub async fn admit(
         &self,
         session_id: &str,
         prompt: &str,
         delivery: Delivery,
     ) -> Result<InputRow> {
+        check_prompt(prompt)?;
         let (session, text) = (session_id.to_string(), prompt.to_string());
         let clock = self.services.clock.clone();
         let (input, record) = self
@@ -538,8 +550,10 @@ impl Engine {
     /// acquires the session's claim (protocol §4.3): either it is admitted and this
     /// engine runs it, or nothing is admitted and the error says why — another live
     /// owner holds the session ([`Error::SessionBusy`]), or a quarantined claim blocks
-    /// it. When one runs here, the prompt is queued to it.
+    /// it, or the prompt is whitespace alone ([`check_prompt`]). When one runs here,
+    /// the prompt is queued to it.
     pub async fn submit(&self, session_id: &str, prompt: &str) -> Result<InputRow> {
+        check_prompt(prompt)?;
         match self.coordinator.start_admitting(session_id, prompt) {
             Some(answer) => answer
                 .await
@@ -562,6 +576,7 @@ impl Engine {
         directory: &str,
         prompt: &str,
     ) -> Result<(SessionRow, InputRow)> {
+        check_prompt(prompt)?;
         let session_id = crate::ids::new(crate::ids::SESSION, self.services.clock.now_ms());
         let answer = self
             .coordinator

@@ -91,7 +91,9 @@ pub use coordinator::SessionOutcome;
 pub use engine::{Continued, Engine, EngineOptions, Redrive, Redriving};
 pub use error::{Error, Result};
 pub use phase::Phase;
-pub use recovery::{QuarantinedRow, Recovered, RecoveryReport, StoppedProcess, WakeReport};
+pub use recovery::{
+    QuarantinedRow, Recovered, RecoveryReport, StoppedProcess, WaitingSession, WakeReport,
+};
 pub use runner::{EngineEvent, Outcome};
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 pub mod wakes;
 
-pub use wakes::{WAKE_ATTEMPTS_MAX, WakeCandidate, WakeReport, recovery_wakes};
+pub use wakes::{WAKE_ATTEMPTS_MAX, WaitingSession, WakeCandidate, WakeReport, recovery_wakes};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -263,10 +263,11 @@ fn on_engine(app: &mut App, event: EngineEvent) -> Vec<Effect> {
             {
                 app.live.remove(call_id);
             }
-            // The step answered (or ended): no retry waits any more.
+            // The step (or the compaction) answered or ended: no retry waits any more.
             if matches!(
                 record.event,
                 steward_engine::events::Event::StepText { .. }
+                    | steward_engine::events::Event::CompactionEnded { .. }
                     | steward_engine::events::Event::StepEnded { .. }
                     | steward_engine::events::Event::StepFailed { .. }
                     | steward_engine::events::Event::StepInterrupted { .. }

@@ -24,7 +24,6 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
     let permission = Arc::new(Headless { allow_all: false });
     runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
-        let mut waiting = Vec::new();
         // Claims that expire while the woken sessions run are reconciled on a timer.
         engine.start_background(Redriving::Nothing);
         if !json {
@@ -33,7 +32,6 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
         if !no_wake {
             let redrive = engine.redrive_wakes().await?;
             report.wakes = redrive.report;
-            waiting = redrive.waiting;
             if !ctx.config.recovery.auto_continue {
                 say!(
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
@@ -68,6 +66,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 report.wakes.failed,
                 report.wakes.quarantined
             );
+            let waiting = &report.wakes.waiting_sessions;
             if !waiting.is_empty() {
                 let (n, one) = (waiting.len(), waiting.len() == 1);
                 out!(
@@ -78,8 +77,8 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                     if one { "its own" } else { "theirs" },
                     if one { "it" } else { "them" },
                 );
-                for (session, model) in &waiting {
-                    out!("  {session} waits for {model}");
+                for w in waiting {
+                    out!("  {} waits for {}/{}", w.session_id, w.provider, w.model);
                 }
             }
         }

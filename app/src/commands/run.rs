@@ -48,6 +48,9 @@ pub struct RunArgs {
 }
 
 pub fn run(ctx: &Context, store: Store, args: RunArgs) -> Result<ExitCode> {
+    // A prompt of whitespace alone is refused before anything runs: no recovery,
+    // no model chosen, nothing admitted.
+    steward_engine::engine::check_prompt(&args.prompt.join(" "))?;
     runtime()?.block_on(async move {
         // Ctrl-C is ours from the start: before the prompt is admitted it stops the
         // command with nothing admitted; after, it cancels the turn; a second one

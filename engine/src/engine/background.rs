@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::coordinator::{Coordinator, Wake};
 use crate::db::Db;
 use crate::engine::{Engine, Recoverer, Redrive};
-use crate::recovery::{self, WakeReport};
+use crate::recovery::{self, WaitingSession, WakeReport};
 use crate::store::sessions::{self, Scope};
 
 /// The slow fallback poll.
@@ -283,16 +283,21 @@ pub(super) async fn redrive(
     let mut redriven = 0;
     // A session whose provider this process does not have keeps its wakes for one
     // that has it (protocol §4.17): nothing is started, nothing counted.
-    let mut waiting: Vec<(String, String)> = Vec::new();
+    let mut waiting: Vec<WaitingSession> = Vec::new();
     let waits =
-        |waiting: &[(String, String)], session: &str| waiting.iter().any(|(s, _)| s == session);
+        |waiting: &[WaitingSession], session: &str| waiting.iter().any(|w| w.session_id == session);
+    let left = |session_id: &str, (provider, model): (String, String)| WaitingSession {
+        session_id: session_id.to_string(),
+        provider,
+        model,
+    };
     if auto_continue {
         for candidate in candidates.iter().filter(|c| wanted(&c.session_id)) {
             if waits(&waiting, &candidate.session_id) {
                 continue;
             }
             if let Some(model) = coordinator.waits_for(&candidate.session_id).await? {
-                waiting.push((candidate.session_id.clone(), model));
+                waiting.push(left(&candidate.session_id, model));
                 continue;
             }
             let wake = coordinator.wake(
@@ -317,7 +322,7 @@ pub(super) async fn redrive(
             continue;
         }
         if let Some(model) = coordinator.waits_for(&session_id).await? {
-            waiting.push((session_id, model));
+            waiting.push(left(&session_id, model));
             continue;
         }
         if coordinator.wake(&session_id, Scope::Queued) != Wake::Refused {
@@ -330,8 +335,8 @@ pub(super) async fn redrive(
             failed: 0,
             quarantined,
             waiting: waiting.len(),
+            waiting_sessions: waiting,
         },
         sessions: started,
-        waiting,
     })
 }

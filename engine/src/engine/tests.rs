@@ -878,3 +878,42 @@ async fn r5_1_on_a_full_disk_the_background_retries_with_a_growing_pause_not_at_
     assert_eq!(provider.count(), 0);
     engine.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_of_whitespace_alone_is_refused_and_nothing_is_admitted() {
+    let dir = TestDir::new();
+    let provider = FakeProvider::new(vec![Answer::text("hello")]);
+    let engine = default_engine(&dir, provider.clone()).await;
+    let count = |table: &'static str| {
+        let db = engine.db().clone();
+        async move {
+            db.read(move |c| {
+                Ok(
+                    c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+                        r.get::<_, i64>(0)
+                    })?,
+                )
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let blank = " \n\t ";
+    let error = engine
+        .submit_new("a title", &dir.work(), blank)
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "the prompt is empty");
+    assert_eq!(count("session").await, 0, "a refused prompt left a session");
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let error = engine.submit(&session.id, blank).await.unwrap_err();
+    assert_eq!(error.to_string(), "the prompt is empty");
+    let error = engine
+        .admit(&session.id, "", Delivery::Queue)
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "the prompt is empty");
+    assert_eq!(count("session_input").await, 0);
+    assert_eq!(provider.count(), 0, "the provider was asked");
+    engine.shutdown().await.unwrap();
+}

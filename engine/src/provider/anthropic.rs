@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::config::ProviderConfig;
 use crate::message::{Finish, Reasoning, Usage};
+use crate::provider::context::WireIds;
 use crate::provider::http::{self, Scrubber};
 use crate::provider::limits::{self, Limits};
 use crate::provider::{
@@ -30,6 +31,9 @@ use crate::provider::{
 
 /// The API version every request names.
 pub const API_VERSION: &str = "2023-06-01";
+
+/// What stands for a user's turn of whitespace alone, which the API refuses.
+pub const EMPTY: &str = "(empty message)";
 
 /// Talks to one Messages API server. The key goes in `x-api-key` and nowhere else.
 #[derive(Clone)]
@@ -72,10 +76,9 @@ impl AnthropicProvider {
         Ok(AnthropicProvider {
             client,
             endpoint: format!("{}/v1/messages", config.base_url()),
-            model: config
-                .model
-                .clone()
-                .ok_or("provider.model is required for `anthropic` (e.g. claude-sonnet-4-5)")?,
+            model: config.model.clone().ok_or(
+                "provider.model (or --model) is required for `anthropic` (e.g. claude-sonnet-4-5)",
+            )?,
             api_key,
             limits: Limits::of(config),
             max_tokens: config.max_tokens,
@@ -89,10 +92,12 @@ impl AnthropicProvider {
     /// `tool_result` blocks — the API refuses them unless tools are defined — so
     /// there the calls and their results are told as text. Reasoning without a
     /// signature (another provider's thinking, which the API would refuse) is not
-    /// sent back.
+    /// sent back. Call ids are sent valid and unique ([`WireIds`]), each result with
+    /// its call's. No text block is of whitespace alone, which the API refuses.
     pub fn body(&self, request: &ProviderRequest) -> Value {
         let cache = json!({"type": "ephemeral"});
         let tool_blocks = !request.tools.is_empty();
+        let mut ids = WireIds::strict();
         let mut system = Vec::new();
         let mut messages: Vec<Value> = Vec::new();
         // Consecutive user content (tool results, then a note or a prompt) is one
@@ -106,6 +111,14 @@ impl AnthropicProvider {
         for message in &request.messages {
             match message {
                 ChatMessage::System(text) => system.push(text.as_str()),
+                // The API refuses a text block of whitespace alone: such a prompt
+                // is left out, or stands as a placeholder when it alone would
+                // make the user's turn.
+                ChatMessage::User(text) if text.trim().is_empty() => {
+                    if messages.last().is_none_or(|m| m["role"] != "user") {
+                        user_block(&mut messages, json!({"type": "text", "text": EMPTY}));
+                    }
+                }
                 ChatMessage::User(text) => {
                     user_block(&mut messages, json!({"type": "text", "text": text}));
                 }
@@ -119,8 +132,9 @@ impl AnthropicProvider {
                     is_error,
                     ..
                 } => {
-                    let mut block =
-                        json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
+                    let mut block = json!({"type": "tool_result",
+                                           "tool_use_id": ids.result(call_id),
+                                           "content": content});
                     if *is_error {
                         block["is_error"] = json!(true);
                     }
@@ -153,7 +167,9 @@ impl AnthropicProvider {
                             said.push_str(&format!("[called {} with {}]", call.tool, call.input));
                         }
                     }
-                    if !said.is_empty() {
+                    // Text of whitespace alone (a model's "\n\n" before a call) is
+                    // left out; a turn left with nothing is not sent.
+                    if !said.trim().is_empty() {
                         content.push(json!({"type": "text", "text": said}));
                     }
                     for call in tool_calls.iter().filter(|_| tool_blocks) {
@@ -163,7 +179,7 @@ impl AnthropicProvider {
                             Value::Object(_) => call.input.clone(),
                             _ => json!({}),
                         };
-                        content.push(json!({"type": "tool_use", "id": call.call_id,
+                        content.push(json!({"type": "tool_use", "id": ids.call(&call.call_id),
                                             "name": call.tool, "input": input}));
                     }
                     if !content.is_empty() {

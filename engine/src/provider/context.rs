@@ -107,6 +107,78 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> usize {
     chars.div_ceil(4)
 }
 
+/// The call ids one request sends (protocol §4.18). A session's history may hold
+/// ids that repeat from step to step (Ollama's are invented per answer:
+/// `call_0`, `call_1`…) or that another API refuses (`functions.run_command:0` from
+/// an OpenAI-compatible server, sent later to Anthropic, which takes only
+/// `[a-zA-Z0-9_-]`). Each call gets an id of its own for the request — its stored id
+/// when that is valid and not taken, else with the characters the API refuses
+/// replaced by `_` and a suffix `_2`, `_3`… until it is unique — and each result
+/// the id its call got: the result that follows a call refers to the latest call
+/// with that stored id. What is stored is never changed.
+#[derive(Debug, Default)]
+pub struct WireIds {
+    /// Whether a character may be sent in an id as it is.
+    strict: bool,
+    taken: std::collections::HashSet<String>,
+    latest: std::collections::HashMap<String, String>,
+}
+
+impl WireIds {
+    /// Ids limited to `[a-zA-Z0-9_-]` (Anthropic's).
+    pub fn strict() -> WireIds {
+        WireIds {
+            strict: true,
+            ..WireIds::default()
+        }
+    }
+
+    /// Ids sent as they are, only made unique (OpenAI's).
+    pub fn unique() -> WireIds {
+        WireIds::default()
+    }
+
+    fn clean(&self, stored: &str) -> String {
+        let clean: String = if self.strict {
+            stored
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' => c,
+                    _ => '_',
+                })
+                .collect()
+        } else {
+            stored.to_string()
+        };
+        if clean.is_empty() {
+            "call".to_string()
+        } else {
+            clean
+        }
+    }
+
+    /// The id a call with `stored` is sent with.
+    pub fn call(&mut self, stored: &str) -> String {
+        let base = self.clean(stored);
+        let mut id = base.clone();
+        let mut n = 1;
+        while !self.taken.insert(id.clone()) {
+            n += 1;
+            id = format!("{base}_{n}");
+        }
+        self.latest.insert(stored.to_string(), id.clone());
+        id
+    }
+
+    /// The id a result for the call `stored` is sent with.
+    pub fn result(&self, stored: &str) -> String {
+        self.latest
+            .get(stored)
+            .cloned()
+            .unwrap_or_else(|| self.clean(stored))
+    }
+}
+
 /// The instruction appended to a compaction request.
 pub const COMPACTION_INSTRUCTION: &str = "Summarise the conversation so far for yourself: \
      the task, what was done, what was found, and what is left to do. Keep file names, \

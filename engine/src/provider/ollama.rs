@@ -68,10 +68,9 @@ impl OllamaProvider {
         Ok(OllamaProvider {
             client,
             base: config.base_url(),
-            model: config
-                .model
-                .clone()
-                .ok_or("provider.model is required for `ollama` (e.g. qwen2.5-coder)")?,
+            model: config.model.clone().ok_or(
+                "provider.model (or --model) is required for `ollama` (e.g. qwen2.5-coder)",
+            )?,
             api_key,
             limits: Limits::of(config),
             num_ctx: config.num_ctx,

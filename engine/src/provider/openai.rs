@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::config::ProviderConfig;
 use crate::message::{Finish, Usage};
+use crate::provider::context::WireIds;
 use crate::provider::http::Scrubber;
 use crate::provider::limits::{self, Limits};
 use crate::provider::{
@@ -82,7 +83,12 @@ impl OpenAiProvider {
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
-        let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
+        let mut ids = WireIds::unique();
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|m| wire_message(m, &mut ids))
+            .collect();
         let mut body = json!({
             "model": self.model,
             "messages": messages,
@@ -103,7 +109,8 @@ impl OpenAiProvider {
     }
 }
 
-fn wire_message(message: &ChatMessage) -> Value {
+/// One message of the request; call ids made unique across it ([`WireIds`]).
+fn wire_message(message: &ChatMessage, ids: &mut WireIds) -> Value {
     match message {
         ChatMessage::System(text) => json!({"role": "system", "content": text}),
         ChatMessage::User(text) => json!({"role": "user", "content": text}),
@@ -119,7 +126,7 @@ fn wire_message(message: &ChatMessage) -> Value {
                             Value::String(raw) => raw.clone(),
                             other => other.to_string(),
                         };
-                        json!({"id": c.call_id, "type": "function",
+                        json!({"id": ids.call(&c.call_id), "type": "function",
                                "function": {"name": c.tool, "arguments": arguments}})
                     })
                     .collect();
@@ -129,7 +136,7 @@ fn wire_message(message: &ChatMessage) -> Value {
         ChatMessage::ToolResult {
             call_id, content, ..
         } => {
-            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            json!({"role": "tool", "tool_call_id": ids.result(call_id), "content": content})
         }
     }
 }

@@ -27,6 +27,18 @@ pub struct WakeReport {
     /// §4.17).
     #[serde(default)]
     pub waiting: usize,
+    /// Those sessions, each with the provider and model it waits for.
+    #[serde(default)]
+    pub waiting_sessions: Vec<WaitingSession>,
+}
+
+/// A session whose wake waits for a process with its provider and model
+/// (protocol §4.17).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WaitingSession {
+    pub session_id: String,
+    pub provider: String,
+    pub model: String,
 }
 
 /// A recovery wake to start.

@@ -3,7 +3,8 @@
 //!
 //! `compaction.started` forgets the claim's assistant (recovery then neither errors a
 //! finished assistant nor mistakes the execution for a superseded one); the request
-//! passes the dispatch boundary (phase `unknown`); `compaction.ended` commits the
+//! passes the dispatch boundary (phase `unknown`), and is retried as a step's is
+//! (protocol §4.18) before any output; `compaction.ended` commits the
 //! summary and moves the phase — to `safe` only when the compaction happened at rest,
 //! before anything was promoted, so that a crash right after it loses nothing
 //! (invariant 13).
@@ -14,7 +15,9 @@ use crate::ids;
 use crate::message::{Finish, MessageData, MessageError, SyntheticKind};
 use crate::phase::PhaseChange;
 use crate::projection::MessageRow;
-use crate::provider::{ChatMessage, ProviderEvent, ProviderRequest, Purpose, context};
+use crate::provider::{
+    ChatMessage, ProviderError, ProviderEvent, ProviderRequest, Purpose, context,
+};
 use crate::runner::{Execution, Flow, Stop};
 
 impl Execution {
@@ -64,33 +67,30 @@ impl Execution {
             messages: conversation,
             tools: Vec::new(),
         };
-        self.dispatch_boundary(Some(PhaseChange::Dispatched))
-            .await?;
-        let mut stream = self.provider.stream(request);
-        let mut summary = String::new();
-        let mut failure = None;
-        loop {
-            let item = tokio::select! {
-                _ = self.lost.cancelled() => return Err(Stop::Lost),
-                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
-                item = stream.next() => item,
-            };
-            match item {
-                None | Some(Ok(ProviderEvent::Finish(Finish::Stop))) => break,
-                Some(Ok(ProviderEvent::TextDelta(text))) => summary.push_str(&text),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    failure = Some(e.message);
-                    break;
+        // Retried as a step's request is (protocol §4.18): before any output, within
+        // `max_attempts`, after the wait the provider asked for.
+        let max_attempts = self.services.config.provider.max_attempts.max(1);
+        let mut attempt = 0;
+        let (summary, mut failure) = loop {
+            attempt += 1;
+            let change = (attempt == 1).then_some(PhaseChange::Dispatched);
+            self.dispatch_boundary(change).await?;
+            let (summary, failed) = self.summarise(request.clone()).await?;
+            match failed {
+                Some((error, false)) if self.retries(&error, attempt, max_attempts) => {
+                    self.wait_to_retry(&error, attempt, max_attempts).await?;
                 }
+                Some((error, _)) => break (summary, Some(error.message)),
+                None => break (summary, None),
             }
-        }
+        };
         if summary.trim().is_empty() && failure.is_none() {
             failure = Some("the provider returned an empty summary".into());
         }
         if let Some(reason) = failure {
-            // No summary: settle the phase and carry on uncompacted, without trying
-            // again in this turn; the next step that ends says so.
+            // No summary, even after the retries: settle the phase and carry on
+            // uncompacted, without trying again in this turn; the next step that
+            // ends says so.
             tracing::warn!(reason, "compaction failed");
             self.compaction_failed = true;
             self.compaction_warning = Some(format!(
@@ -111,6 +111,38 @@ impl Execution {
                 .map(drop)
         })
         .await
+    }
+
+    /// Reads one compaction answer: the summary, and the error that ended it with
+    /// whether anything came before it.
+    async fn summarise(
+        &self,
+        request: ProviderRequest,
+    ) -> Flow<(String, Option<(ProviderError, bool)>)> {
+        let mut stream = self.provider.stream(request);
+        let mut summary = String::new();
+        let mut produced = false;
+        loop {
+            let item = tokio::select! {
+                _ = self.lost.cancelled() => return Err(Stop::Lost),
+                _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                item = stream.next() => item,
+            };
+            match item {
+                None | Some(Ok(ProviderEvent::Finish(Finish::Stop))) => {
+                    return Ok((summary, None));
+                }
+                Some(Ok(ProviderEvent::TextDelta(text))) => {
+                    produced = true;
+                    summary.push_str(&text);
+                }
+                Some(Ok(ProviderEvent::ToolCall(_) | ProviderEvent::Reasoning(_))) => {
+                    produced = true;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Ok((summary, Some((e, produced)))),
+            }
+        }
     }
 
     /// The turn took `max_steps` steps: a final assistant says so, and the claim is

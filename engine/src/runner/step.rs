@@ -160,28 +160,8 @@ impl Execution {
                     error,
                     produced: false,
                     ..
-                } if error.retryable
-                    && attempt < max_attempts
-                    && error.retry_after.is_none_or(|wait| wait <= MAX_RETRY_WAIT) =>
-                {
-                    // As long as the provider asked, else a backoff of its own.
-                    let wait = error.retry_after.unwrap_or_else(|| {
-                        Duration::from_millis(500 * (1 << (attempt - 1).min(4)))
-                    });
-                    tracing::warn!(attempt, error = %error, wait_ms = wait.as_millis() as u64, "provider failed; retrying");
-                    let at_ms = self.services.clock.now_ms()
-                        + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-                    let _ = self
-                        .services
-                        .events
-                        .send(crate::runner::EngineEvent::Retrying {
-                            session_id: self.claim.session_id.clone(),
-                            attempt: attempt + 1,
-                            of: max_attempts,
-                            at_ms,
-                            error: error.message.clone(),
-                        });
-                    self.pause(wait).await?;
+                } if self.retries(&error, attempt, max_attempts) => {
+                    self.wait_to_retry(&error, attempt, max_attempts).await?;
                 }
                 Streamed::Failed {
                     mut error,
@@ -204,6 +184,44 @@ impl Execution {
             }
         };
         self.settle(message_id, streamed).await
+    }
+
+    /// Whether a provider request that failed before any output is tried again
+    /// (protocol §4.18): the error is retryable, attempts are left, and the provider
+    /// asks for no longer a wait than [`MAX_RETRY_WAIT`].
+    pub(crate) fn retries(&self, error: &ProviderError, attempt: u32, max_attempts: u32) -> bool {
+        error.retryable
+            && attempt < max_attempts
+            && error.retry_after.is_none_or(|wait| wait <= MAX_RETRY_WAIT)
+    }
+
+    /// Waits before attempt `attempt + 1` of `max_attempts` — as long as the
+    /// provider asked, else 500 ms doubling to 8 s — saying so
+    /// ([`crate::runner::EngineEvent::Retrying`]); a cancellation or a lost claim
+    /// ends the wait.
+    pub(crate) async fn wait_to_retry(
+        &self,
+        error: &ProviderError,
+        attempt: u32,
+        max_attempts: u32,
+    ) -> Flow<()> {
+        let wait = error
+            .retry_after
+            .unwrap_or_else(|| Duration::from_millis(500 * (1 << (attempt - 1).min(4))));
+        tracing::warn!(attempt, error = %error, wait_ms = wait.as_millis() as u64, "provider failed; retrying");
+        let at_ms =
+            self.services.clock.now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        let _ = self
+            .services
+            .events
+            .send(crate::runner::EngineEvent::Retrying {
+                session_id: self.claim.session_id.clone(),
+                attempt: attempt + 1,
+                of: max_attempts,
+                at_ms,
+                error: error.message.clone(),
+            });
+        self.pause(wait).await
     }
 
     /// Commits the end of the step: remaining text, `step.ended` (phase back to

@@ -1117,7 +1117,7 @@ impl crate::provider::Provider for NoSummaries {
     }
 
     fn stream(&self, request: crate::provider::ProviderRequest) -> crate::provider::ProviderStream {
-        use crate::provider::{ProviderEvent, Purpose, ToolCall};
+        use crate::provider::Purpose;
         let compaction = request.purpose == Purpose::Compaction;
         let n = match compaction {
             true => self.compactions.fetch_add(1, Ordering::SeqCst),
@@ -1129,20 +1129,168 @@ impl crate::provider::Provider for NoSummaries {
                     .await;
                 return;
             }
-            if n % 3 == 2 {
-                tx.send(Ok(ProviderEvent::TextDelta("Done.".into()))).await;
+            two_calls_then_done(&tx, n).await;
+        })
+    }
+}
+
+/// Step `n` of a turn of three: a tool call, another, then text.
+async fn two_calls_then_done(tx: &crate::provider::StreamSender, n: usize) {
+    use crate::provider::{ProviderEvent, ToolCall};
+    if n % 3 == 2 {
+        tx.send(Ok(ProviderEvent::TextDelta("Done.".into()))).await;
+        tx.send(Ok(ProviderEvent::Finish(Finish::Stop))).await;
+    } else {
+        tx.send(Ok(ProviderEvent::ToolCall(ToolCall {
+            call_id: format!("call_{n}"),
+            tool: "list_dir".into(),
+            input: json!({"path": "."}),
+        })))
+        .await;
+        tx.send(Ok(ProviderEvent::Finish(Finish::ToolCalls))).await;
+    }
+}
+
+/// Answers steps as [`NoSummaries`] does; its first `busy` compaction requests are
+/// refused as overloaded (come back in a millisecond), the rest summarise.
+#[derive(Debug, Default)]
+struct BusySummaries {
+    busy: usize,
+    steps: AtomicUsize,
+    compactions: AtomicUsize,
+}
+
+impl crate::provider::Provider for BusySummaries {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    fn model(&self) -> &str {
+        "fake-model"
+    }
+
+    fn with_model(&self, _model: &str) -> Option<Arc<dyn crate::provider::Provider>> {
+        None
+    }
+
+    fn stream(&self, request: crate::provider::ProviderRequest) -> crate::provider::ProviderStream {
+        use crate::provider::{ErrorKind, ProviderEvent, Purpose};
+        let compaction = request.purpose == Purpose::Compaction;
+        let n = match compaction {
+            true => self.compactions.fetch_add(1, Ordering::SeqCst),
+            false => self.steps.fetch_add(1, Ordering::SeqCst),
+        };
+        let busy = self.busy;
+        crate::provider::ProviderStream::spawn(move |tx| async move {
+            if compaction && n < busy {
+                let mut overloaded =
+                    ProviderError::retryable("overloaded").of_kind(ErrorKind::Overloaded);
+                overloaded.retry_after = Some(Duration::from_millis(1));
+                tx.send(Err(overloaded)).await;
+            } else if compaction {
+                tx.send(Ok(ProviderEvent::TextDelta("Listed the directory.".into())))
+                    .await;
                 tx.send(Ok(ProviderEvent::Finish(Finish::Stop))).await;
             } else {
-                tx.send(Ok(ProviderEvent::ToolCall(ToolCall {
-                    call_id: format!("call_{n}"),
-                    tool: "list_dir".into(),
-                    input: json!({"path": "."}),
-                })))
-                .await;
-                tx.send(Ok(ProviderEvent::Finish(Finish::ToolCalls))).await;
+                two_calls_then_done(&tx, n).await;
             }
         })
     }
+}
+
+/// Runs one prompt on `provider` with a budget every step is over; returns the
+/// retries announced, the transcript's compaction summaries, and the warnings of
+/// its assistants.
+async fn compacting_turn(
+    provider: Arc<BusySummaries>,
+    max_attempts: u32,
+) -> (Vec<(u32, u32, String)>, usize, Vec<String>) {
+    let dir = TestDir::new();
+    let mut config = Config::default();
+    config.compaction.token_budget = 10;
+    config.provider.max_attempts = max_attempts;
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider,
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let mut events = engine.subscribe();
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    engine
+        .admit(&session.id, "list it", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let mut retries = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let crate::runner::EngineEvent::Retrying {
+            attempt, of, error, ..
+        } = event
+        {
+            retries.push((attempt, of, error));
+        }
+    }
+    let transcript = messages(&engine, &session.id).await;
+    let summaries = transcript
+        .iter()
+        .filter(|m| {
+            matches!(&m.data, MessageData::Synthetic(s) if s.kind == crate::message::SyntheticKind::Compaction)
+        })
+        .count();
+    let warnings = transcript
+        .iter()
+        .filter_map(|m| m.data.as_assistant())
+        .flat_map(|a| a.warnings.clone())
+        .collect();
+    assert_eq!(claim_of(&engine, &session.id).await, None);
+    doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+    (retries, summaries, warnings)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_18_a_compaction_refused_for_load_is_retried_as_a_step_is() {
+    // Overloaded twice, then a summary: the third attempt compacts.
+    let provider = Arc::new(BusySummaries {
+        busy: 2,
+        ..BusySummaries::default()
+    });
+    let (retries, summaries, warnings) = compacting_turn(provider.clone(), 3).await;
+    assert_eq!(provider.compactions.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        retries,
+        vec![
+            (2, 3, "overloaded".to_string()),
+            (3, 3, "overloaded".to_string())
+        ]
+    );
+    assert_eq!((summaries, warnings), (1, Vec::<String>::new()));
+    assert_eq!(provider.steps.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i13_a_compaction_still_refused_after_its_retries_is_not_tried_again_that_turn() {
+    let provider = Arc::new(BusySummaries {
+        busy: usize::MAX,
+        ..BusySummaries::default()
+    });
+    let (retries, summaries, warnings) = compacting_turn(provider.clone(), 2).await;
+    // Its attempts once, though every step after the first is over budget.
+    assert_eq!(provider.compactions.load(Ordering::SeqCst), 2);
+    assert_eq!(retries.len(), 1);
+    assert_eq!(summaries, 0);
+    assert_eq!(
+        warnings,
+        ["the conversation could not be compacted (overloaded): it was sent whole"]
+    );
+    assert_eq!(provider.steps.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

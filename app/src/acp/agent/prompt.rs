@@ -225,8 +225,11 @@ pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Failure> {
             }
         }
     }
-    if parts.is_empty() {
-        return Err((INVALID_PARAMS, "the prompt is empty".into()));
+    let prompt = parts.join("\n");
+    // Refused as the engine would refuse it (whitespace alone), but as the
+    // client's mistake.
+    if let Err(e) = steward_engine::engine::check_prompt(&prompt) {
+        return Err((INVALID_PARAMS, e.to_string()));
     }
-    Ok(parts.join("\n"))
+    Ok(prompt)
 }

@@ -485,6 +485,21 @@ mod turn_tests {
                 .0,
             RESOURCE_NOT_FOUND
         );
+        // A prompt of whitespace alone is the client's mistake, and nothing is
+        // admitted.
+        let session = new_session(&agent, &dir).await;
+        let refused = agent
+            .call("session/prompt", prompt(&session, " \n "))
+            .await
+            .unwrap_err();
+        assert_eq!(refused, (INVALID_PARAMS, "the prompt is empty".to_string()));
+        let inputs: i64 = agent
+            .engine
+            .db()
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM session_input", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(inputs, 0);
         agent.engine.shutdown().await.unwrap();
     }
 }

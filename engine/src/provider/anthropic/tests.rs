@@ -724,3 +724,128 @@ fn a_request_without_tools_tells_the_calls_and_results_as_text() {
     assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
     assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
 }
+
+/// One step's call and its result, as a session's history holds them.
+fn called(id: &str, command: &str) -> [ChatMessage; 2] {
+    [
+        ChatMessage::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                call_id: id.into(),
+                tool: "run_command".into(),
+                input: json!({"command": command}),
+            }],
+            reasoning: vec![],
+        },
+        ChatMessage::ToolResult {
+            call_id: id.into(),
+            tool: "run_command".into(),
+            content: format!("ran {command}"),
+            is_error: false,
+        },
+    ]
+}
+
+#[test]
+fn r4_18_call_ids_from_other_providers_are_sent_valid_and_unique() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    // A session that ran on Ollama (ids invented per step, so repeated) and on an
+    // OpenAI-compatible server (ids with characters the Messages API refuses).
+    let mut messages = vec![ChatMessage::User("hi".into())];
+    messages.extend(called("call_0", "one"));
+    messages.extend(called("call_0", "two"));
+    messages.extend(called("functions.run_command:0", "three"));
+    messages.extend(called("functions_run_command_0", "four"));
+    messages.extend(called("call_0", "five"));
+    messages.push(ChatMessage::User("next".into()));
+    let body = provider.body(&request(messages));
+    let sent: Vec<(String, String)> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter_map(|block| match block["type"].as_str().unwrap() {
+            "tool_use" => Some((
+                format!("use {}", block["input"]["command"].as_str().unwrap()),
+                block["id"].as_str().unwrap().to_string(),
+            )),
+            "tool_result" => Some((
+                format!("result {}", block["content"].as_str().unwrap()),
+                block["tool_use_id"].as_str().unwrap().to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let pair = |what: &str, id: &str| (what.to_string(), id.to_string());
+    assert_eq!(
+        sent,
+        vec![
+            pair("use one", "call_0"),
+            pair("result ran one", "call_0"),
+            pair("use two", "call_0_2"),
+            pair("result ran two", "call_0_2"),
+            pair("use three", "functions_run_command_0"),
+            pair("result ran three", "functions_run_command_0"),
+            pair("use four", "functions_run_command_0_2"),
+            pair("result ran four", "functions_run_command_0_2"),
+            pair("use five", "call_0_3"),
+            pair("result ran five", "call_0_3"),
+        ]
+    );
+}
+
+#[test]
+fn r4_18_no_text_block_of_whitespace_alone_is_sent() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    let [call, result] = called("toolu_1", "true");
+    let ChatMessage::Assistant {
+        tool_calls,
+        reasoning,
+        ..
+    } = call
+    else {
+        unreachable!()
+    };
+    let body = provider.body(&request(vec![
+        ChatMessage::System("sys".into()),
+        ChatMessage::User("hi".into()),
+        // A model that streamed a blank line before its call.
+        ChatMessage::Assistant {
+            text: "\n\n".into(),
+            tool_calls,
+            reasoning,
+        },
+        result,
+        ChatMessage::Assistant {
+            text: "Done.".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        // A prompt of spaces, answered with whitespace alone.
+        ChatMessage::User("   ".into()),
+        ChatMessage::Assistant {
+            text: " \n".into(),
+            tool_calls: vec![],
+            reasoning: vec![],
+        },
+        ChatMessage::User("again".into()),
+    ]));
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "run_command",
+                 "input": {"command": "true"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ran true"}
+            ]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "(empty message)"},
+                {"type": "text", "text": "again", "cache_control": {"type": "ephemeral"}}
+            ]}
+        ])
+    );
+}

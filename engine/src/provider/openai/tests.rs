@@ -441,3 +441,56 @@ async fn text_streamed_before_a_stream_breaks_reaches_the_step_with_a_key_set() 
     assert_eq!(events[0], Ok(ProviderEvent::TextDelta("Half".into())));
     assert!(events[1].is_err(), "{events:?}");
 }
+
+#[test]
+fn call_ids_repeated_across_the_history_are_sent_unique() {
+    let provider = OpenAiProvider::new(&config("http://127.0.0.1:9/v1")).unwrap();
+    let call = |id: &str, command: &str| {
+        [
+            ChatMessage::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    call_id: id.into(),
+                    tool: "run_command".into(),
+                    input: json!({"command": command}),
+                }],
+                reasoning: vec![],
+            },
+            ChatMessage::ToolResult {
+                call_id: id.into(),
+                tool: "run_command".into(),
+                content: format!("ran {command}"),
+                is_error: false,
+            },
+        ]
+    };
+    let mut request = request();
+    // Ollama invents `call_0` afresh each step; another server's ids go as they are.
+    request.messages.extend(call("call_0", "one"));
+    request.messages.extend(call("call_0", "two"));
+    request
+        .messages
+        .extend(call("functions.run_command:0", "three"));
+    let body = provider.body(&request);
+    let ids: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| {
+            m["tool_call_id"]
+                .as_str()
+                .or_else(|| m["tool_calls"][0]["id"].as_str())
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "call_0",
+            "call_0",
+            "call_0_2",
+            "call_0_2",
+            "functions.run_command:0",
+            "functions.run_command:0"
+        ]
+    );
+}

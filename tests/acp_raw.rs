@@ -328,13 +328,14 @@ fn r4_19_acp_live_output_never_carries_a_hidden_value_not_even_in_pieces() {
     let env = Env::new();
     let work = work_dir(&env);
     let key = "sk-live-ABCDEF0123456789";
-    // The key written in two pieces with a pause between, then a long line that
-    // ends with it across the 4 KiB piece a line is heard in.
+    // The key written in two pieces with a pause between — and stderr written in
+    // that pause — then a long line that ends with it across the 4 KiB piece a
+    // line is heard in.
     let script = write_script(
         &env,
         "split.toml",
         &format!(
-            "[[step]]\ntext = [\"Running.\"]\ntool_calls = [{{ tool = \"run_command\", input = {{ command = \"printf 'split:{}'; sleep 0.8; printf '{}\\\\n'; printf '%4090s' '' | tr ' ' x; printf '{}\\\\n'; sleep 0.6\" }} }}]\n[[step]]\ntext = [\"Ran.\"]\n",
+            "[[step]]\ntext = [\"Running.\"]\ntool_calls = [{{ tool = \"run_command\", input = {{ command = \"printf 'split:{}'; sleep 0.8; printf 'warn\\\\n' >&2; sleep 0.3; printf '{}\\\\n'; printf '%4090s' '' | tr ' ' x; printf '{}\\\\n'; sleep 0.6\" }} }}]\n[[step]]\ntext = [\"Ran.\"]\n",
             &key[..11],
             &key[11..],
             key
@@ -374,7 +375,7 @@ fn r4_19_acp_live_output_never_carries_a_hidden_value_not_even_in_pieces() {
         );
     }
     assert!(
-        live.iter().any(|c| c.contains("split:<redacted>")),
+        live.iter().any(|c| c.contains("split:warn\\n<redacted>")),
         "{live:#?}"
     );
     assert!(client.close().success());

@@ -95,6 +95,15 @@ fn r4_19_a_hidden_value_never_reaches_the_file_through_an_edits_diff() {
         format!("KEY={secret}\nMODE=dev\n"),
     )
     .unwrap();
+    // A line grep shortens to 300 characters, the value across the cut.
+    std::fs::write(
+        std::path::Path::new(&work).join("config.json"),
+        format!(
+            "{{\"name\":\"demo\",\"d\":\"{}\",\"key\":\"{secret}\"}}\n",
+            "y".repeat(255)
+        ),
+    )
+    .unwrap();
     let config = env.root.path().join("config.toml");
     std::fs::write(
         &config,
@@ -107,7 +116,7 @@ fn r4_19_a_hidden_value_never_reaches_the_file_through_an_edits_diff() {
         r#"
 [[step]]
 text = ["Editing."]
-tool_calls = [{ tool = "edit_file", input = { path = ".env", old_string = "MODE=dev", new_string = "MODE=prod" } }, { tool = "run_command", input = { command = "cat .env" } }, { tool = "write_file", input = { path = ".env", content = "KEY=<redacted>\nMODE=test\n" } }]
+tool_calls = [{ tool = "edit_file", input = { path = ".env", old_string = "MODE=dev", new_string = "MODE=prod" } }, { tool = "run_command", input = { command = "cat .env" } }, { tool = "write_file", input = { path = ".env", content = "KEY=<redacted>\nMODE=test\n" } }, { tool = "grep", input = { pattern = "demo" } }]
 [[step]]
 text = ["Done."]
 "#,
@@ -149,6 +158,9 @@ text = ["Done."]
         "{}",
         tools[2]
     );
+    let grepped = tools[3]["state"]["output"].as_str().unwrap();
+    assert!(grepped.contains("<redacted>"), "{grepped}");
+    assert!(!grepped.contains(&secret[..8]), "{grepped}");
     // The edit itself kept it: only what Steward shows and keeps is scrubbed.
     assert_eq!(
         std::fs::read_to_string(std::path::Path::new(&work).join(".env")).unwrap(),

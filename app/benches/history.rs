@@ -267,8 +267,91 @@ fn main() {
             failed.push(format!("{what}: {ratio:.2}× the small file's"));
         }
     }
+    // Opening the long conversation over ACP, in a process already running,
+    // beside a whole `show --json` process reading and printing the same.
+    let show_json = |h: &History| {
+        time(
+            &h.data_dir,
+            &config,
+            &["show", h.long_session.as_str(), "--json"],
+        )
+    };
+    let (mut loads, mut shows) = (Vec::new(), Vec::new());
+    load(&small.data_dir, &config, &small.long_session, &work);
+    show_json(&small);
+    for _ in 0..RUNS {
+        loads.push(load(&small.data_dir, &config, &small.long_session, &work));
+        shows.push(show_json(&small));
+    }
+    let (l, s) = (median(loads), median(shows));
+    println!(
+        "{:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
+        "session/load vs show --json",
+        l / s,
+        1.0
+    );
+    table::row(
+        "acp",
+        "session/load (2,000 messages)",
+        l,
+        "ms",
+        Some(("show --json, same session", s)),
+        table::Limit::RatioAtMost(1.0),
+    );
     if !failed.is_empty() {
         eprintln!("over the limit: {}", failed.join("; "));
         std::process::exit(1);
     }
+}
+
+/// `session/load` of `session` in a `steward acp` already running on `data`: from
+/// the request to its answer, every update of the replay read on the way.
+fn load(data: &Path, config: &Path, session: &str, work: &Path) -> Duration {
+    use std::io::{BufRead, BufReader};
+    let mut child = steward()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .arg("acp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answer = |id: i64| -> usize {
+        let mut updates = 0;
+        loop {
+            let line = lines.next().expect("steward acp ended").unwrap();
+            if line.contains("\"session/update\"") {
+                updates += 1;
+            } else if line.starts_with(&format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},"))
+                || line.contains(&format!("\"id\":{id},\"result\""))
+                || line.contains(&format!("\"id\":{id},\"error\""))
+            {
+                assert!(!line.contains("\"error\""), "{line}");
+                return updates;
+            }
+        }
+    };
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .unwrap();
+    answer(1);
+    let start = Instant::now();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":2,"method":"session/load","params":{{"sessionId":"{session}","cwd":"{}","mcpServers":[]}}}}"#,
+        work.display()
+    )
+    .unwrap();
+    let updates = answer(2);
+    let took = start.elapsed();
+    assert!(updates >= 2_000, "{updates} updates replayed");
+    drop(stdin);
+    let _ = child.wait();
+    took
 }

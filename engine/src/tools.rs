@@ -109,8 +109,15 @@ pub enum ToolOutput {
     Stopped,
 }
 
-/// What hears a command's output as it comes.
-pub type Heard = Arc<dyn Fn(&str) + Send + Sync>;
+/// What hears a command's output as it comes, and from which of its pipes.
+pub type Heard = Arc<dyn Fn(Pipe, &str) + Send + Sync>;
+
+/// A command's output pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipe {
+    Stdout,
+    Stderr,
+}
 
 /// What stops a running call: `cancel` asks politely (SIGTERM, a grace period, then
 /// SIGKILL); `abort` kills at once (the owner lost its claim). `output` hears a
@@ -186,9 +193,14 @@ pub trait Tool: Send + Sync + fmt::Debug {
     }
     /// What the call would change in a file as the session's client has it (its
     /// editor buffer), when the call goes through the client: the question shows
-    /// that rather than the disk's ([`Assessment::diff`]). `None` otherwise.
-    fn preview(&self, _ctx: &ToolContext, _input: &Value) -> BoxFuture<Option<FileDiff>> {
-        Box::pin(async { None })
+    /// that rather than the disk's ([`Assessment::diff`]). `None` otherwise; an
+    /// error when the buffer shows the call cannot succeed (it then fails unasked).
+    fn preview(
+        &self,
+        _ctx: &ToolContext,
+        _input: &Value,
+    ) -> BoxFuture<Result<Option<FileDiff>, String>> {
+        Box::pin(async { Ok(None) })
     }
     /// Validates `input` and readies the call; a process tool starts its process
     /// held at a gate. Errors are the tool's failure message.

@@ -119,10 +119,16 @@ impl Execution {
             // Through the client, the question shows the change to its buffer — if
             // the client answers within the tool's own time limit.
             let limit = tool.timeout(&ctx, &call.input);
-            let diff = tokio::select! {
+            let preview = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
                 _ = self.lost.cancelled() => return Err(Stop::Lost),
-                preview = tokio::time::timeout(limit, tool.preview(&ctx, &call.input)) => preview.ok().flatten(),
+                preview = tokio::time::timeout(limit, tool.preview(&ctx, &call.input)) => preview,
+            };
+            let diff = match preview {
+                // The buffer shows the call cannot succeed: it fails unasked.
+                Ok(Err(error)) => return Ok(Err(error)),
+                Ok(Ok(diff)) => diff,
+                Err(_) => None,
             }
             .or(assessment.diff.clone())
             .map(|diff| Box::new(scrub_diff(diff, &tools.hidden_env)));
@@ -198,16 +204,20 @@ impl Execution {
             );
             // A value to hide may come split across pieces: each scrubber holds
             // back a tail that could begin its value until the rest shows
-            // whether it does (§4.13, §4.19).
-            let scrubbers: Vec<crate::provider::http::Scrubber> = hidden
-                .iter()
-                .filter_map(|name| std::env::var(name).ok())
-                .filter(|value| value.len() >= 4)
-                .map(|value| crate::provider::http::Scrubber::new(Some(&value)))
-                .collect();
-            let scrubbers = std::sync::Mutex::new(scrubbers);
-            std::sync::Arc::new(move |text: &str| {
-                let mut scrubbers = scrubbers.lock().unwrap_or_else(|e| e.into_inner());
+            // whether it does (§4.13, §4.19) — one set per pipe, so that what the
+            // other pipe writes in between never releases a held tail.
+            let scrubbers = || -> Vec<crate::provider::http::Scrubber> {
+                hidden
+                    .iter()
+                    .filter_map(|name| std::env::var(name).ok())
+                    .filter(|value| value.len() >= 4)
+                    .map(|value| crate::provider::http::Scrubber::new(Some(&value)))
+                    .collect()
+            };
+            let pipes = std::sync::Mutex::new([scrubbers(), scrubbers()]);
+            std::sync::Arc::new(move |pipe: crate::tools::Pipe, text: &str| {
+                let mut pipes = pipes.lock().unwrap_or_else(|e| e.into_inner());
+                let scrubbers = &mut pipes[usize::from(pipe == crate::tools::Pipe::Stderr)];
                 let mut text = Some(text.to_string());
                 for scrubber in scrubbers.iter_mut() {
                     text = text.and_then(|t| scrubber.pass(&t));

@@ -185,17 +185,28 @@ impl Tool for EditFile {
         })
     }
 
-    /// Through the client, the question shows the edit of its buffer.
-    fn preview(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Option<FileDiff>> {
+    /// Through the client, the question shows the edit of its buffer; an edit that
+    /// cannot apply to the buffer fails unasked.
+    fn preview(
+        &self,
+        ctx: &ToolContext,
+        input: &Value,
+    ) -> BoxFuture<Result<Option<FileDiff>, String>> {
         let client = ctx.client.clone().filter(|c| c.reads() && c.writes());
         let (ctx, ask) = (ctx.clone(), Ask::of(input).ok());
         Box::pin(async move {
-            let (client, ask) = (client?, ask?);
-            let located = located_off_thread(&ctx, &ask.path).await.ok()?;
+            let (Some(client), Some(ask)) = (client, ask) else {
+                return Ok(None);
+            };
+            let Ok(located) = located_off_thread(&ctx, &ask.path).await else {
+                return Ok(None);
+            };
             let shown = located.path.to_string_lossy().into_owned();
-            let text = client.read(&located.path).await.ok()?;
-            let (after, _) = apply(&text, &ask.old, &ask.new, ask.all, &shown).ok()?;
-            Some(FileDiff::between(&shown, Some(&text), &after))
+            let Ok(text) = client.read(&located.path).await else {
+                return Ok(None);
+            };
+            let (after, _) = apply(&text, &ask.old, &ask.new, ask.all, &shown)?;
+            Ok(Some(FileDiff::between(&shown, Some(&text), &after)))
         })
     }
 

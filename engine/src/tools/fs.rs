@@ -267,7 +267,7 @@ pub(crate) fn replace_whole(
     };
     let mut original = original;
     if let Some((file, meta)) = &mut original
-        && meta.nlink() > 1
+        && (meta.nlink() > 1 || has_extended_attributes(file))
     {
         return in_place(file);
     }
@@ -292,14 +292,18 @@ pub(crate) fn replace_whole(
             };
         }
     };
-    // The replaced file's permissions and owner, or the original written in place.
+    // The replaced file's owner, then its permissions (a change of owner clears
+    // set-user-ID), or the original written in place.
     if let Some((file, meta)) = &mut original {
         let kept = new
-            .set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))
-            .and_then(|()| new.metadata())
+            .metadata()
             .map(|made| {
                 (made.uid(), made.gid()) == (meta.uid(), meta.gid())
                     || std::os::unix::fs::fchown(&new, Some(meta.uid()), Some(meta.gid())).is_ok()
+            })
+            .and_then(|owned| {
+                new.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+                    .map(|()| owned)
             });
         match kept {
             Ok(true) => {}
@@ -334,6 +338,40 @@ pub(crate) fn replace_whole(
         let _ = d.into_std_file().sync_all();
     }
     Ok(())
+}
+
+/// Whether `file` carries extended attributes a new file would not — an access
+/// control list, a user's attributes — so that it is written in place. A security
+/// label (`security.*`, which the system gives a new file itself) does not count.
+/// Where that cannot be told, it is assumed it does not.
+#[allow(unsafe_code)]
+fn has_extended_attributes(file: &File) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: with a null buffer of size 0, `flistxattr` only reports the size
+        // of the list.
+        let size = unsafe { libc::flistxattr(fd, std::ptr::null_mut(), 0) };
+        if size <= 0 {
+            return false;
+        }
+        let mut names = vec![0u8; size as usize + 256];
+        // SAFETY: the buffer is as long as the length given.
+        let got = unsafe { libc::flistxattr(fd, names.as_mut_ptr().cast(), names.len()) };
+        if got <= 0 {
+            // The list grew in between: something is there.
+            return got < 0;
+        }
+        names[..got as usize]
+            .split(|b| *b == 0)
+            .any(|name| !name.is_empty() && !name.starts_with(b"security."))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        false
+    }
 }
 
 /// Renames `from` to `to` in `dir` only if nothing is at `to` (`AlreadyExists`
@@ -627,24 +665,31 @@ impl Tool for WriteFile {
 
     /// Through a client that reads for Steward, the question shows the write over
     /// its buffer.
-    fn preview(&self, ctx: &ToolContext, input: &Value) -> BoxFuture<Option<FileDiff>> {
+    fn preview(
+        &self,
+        ctx: &ToolContext,
+        input: &Value,
+    ) -> BoxFuture<Result<Option<FileDiff>, String>> {
         let client = ctx.client.clone().filter(|c| c.reads() && c.writes());
         let ctx = ctx.clone();
         let path = string_arg(input, "path").ok().map(str::to_string);
         let content = string_arg(input, "content").ok().map(str::to_string);
         Box::pin(async move {
-            let (client, path, content) = (client?, path?, content?);
-            let located = located_off_thread(&ctx, &path).await.ok()?;
-            let old = if std::fs::symlink_metadata(&located.path).is_ok() {
-                Some(client.read(&located.path).await.ok()?)
-            } else {
-                None
-            };
-            Some(FileDiff::between(
-                &located.path.to_string_lossy(),
-                old.as_deref(),
-                &content,
-            ))
+            Ok(async move {
+                let (client, path, content) = (client?, path?, content?);
+                let located = located_off_thread(&ctx, &path).await.ok()?;
+                let old = if std::fs::symlink_metadata(&located.path).is_ok() {
+                    Some(client.read(&located.path).await.ok()?)
+                } else {
+                    None
+                };
+                Some(FileDiff::between(
+                    &located.path.to_string_lossy(),
+                    old.as_deref(),
+                    &content,
+                ))
+            }
+            .await)
         })
     }
 

@@ -229,12 +229,12 @@ impl GatedProcess {
         let stdout = tokio::spawn(read_capped(
             self.child.stdout.take(),
             limit,
-            stop.output.clone(),
+            stop.output.clone().map(|h| (h, crate::tools::Pipe::Stdout)),
         ));
         let stderr = tokio::spawn(read_capped(
             self.child.stderr.take(),
             limit,
-            stop.output.clone(),
+            stop.output.clone().map(|h| (h, crate::tools::Pipe::Stderr)),
         ));
         let mut gate = self
             .gate
@@ -459,7 +459,7 @@ impl Drop for GatedProcess {
 async fn read_capped(
     pipe: Option<impl AsyncRead + Unpin>,
     limit: usize,
-    heard: Option<crate::tools::Heard>,
+    heard: Option<(crate::tools::Heard, crate::tools::Pipe)>,
 ) -> (Vec<u8>, bool) {
     let Some(mut pipe) = pipe else {
         return (Vec::new(), false);
@@ -467,7 +467,7 @@ async fn read_capped(
     let mut kept = Vec::new();
     let mut truncated = false;
     let mut buf = [0u8; 8192];
-    let mut lines = heard.map(Lines::new);
+    let mut lines = heard.map(|(heard, pipe)| Lines::new(heard, pipe));
     loop {
         let read = match &mut lines {
             Some(lines) if !lines.pending.is_empty() => {
@@ -515,13 +515,15 @@ const LIVE_LINE: usize = 4096;
 struct Lines {
     pending: Vec<u8>,
     heard: crate::tools::Heard,
+    pipe: crate::tools::Pipe,
 }
 
 impl Lines {
-    fn new(heard: crate::tools::Heard) -> Lines {
+    fn new(heard: crate::tools::Heard, pipe: crate::tools::Pipe) -> Lines {
         Lines {
             pending: Vec::new(),
             heard,
+            pipe,
         }
     }
 
@@ -535,7 +537,7 @@ impl Lines {
         if end > 0 {
             let rest = self.pending.split_off(end);
             let text = std::mem::replace(&mut self.pending, rest);
-            (self.heard)(&String::from_utf8_lossy(&text));
+            (self.heard)(self.pipe, &String::from_utf8_lossy(&text));
         }
     }
 
@@ -550,7 +552,7 @@ impl Lines {
         let rest = self.pending.split_off(end);
         let text = std::mem::replace(&mut self.pending, rest);
         if !text.is_empty() {
-            (self.heard)(&String::from_utf8_lossy(&text));
+            (self.heard)(self.pipe, &String::from_utf8_lossy(&text));
         }
     }
 }
@@ -713,9 +715,12 @@ mod tests {
     fn r4_19_output_is_heard_in_whole_lines_and_whole_characters() {
         let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let sink = heard.clone();
-        let mut lines = Lines::new(std::sync::Arc::new(move |t: &str| {
-            sink.lock().unwrap().push(t.to_string());
-        }));
+        let mut lines = Lines::new(
+            std::sync::Arc::new(move |_, t: &str| {
+                sink.lock().unwrap().push(t.to_string());
+            }),
+            crate::tools::Pipe::Stdout,
+        );
         lines.push(b"KEY=sk-sec");
         lines.push(b"ret\nnext ");
         // "é" split between two reads.

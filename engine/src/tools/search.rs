@@ -375,6 +375,9 @@ fn grep(ctx: &ToolContext, input: &Value) -> Result<ToolOutput, String> {
                 capped = true;
                 break 'files;
             }
+            // Scrubbed before it is shortened: a hidden value cut short is still
+            // most of it (§4.13).
+            let text = crate::tools::scrub_secrets(text, &ctx.config.hidden_env);
             let mut short: String = text.chars().take(MAX_LINE_CHARS).collect();
             if short.len() < text.len() {
                 short.push('…');

@@ -665,3 +665,54 @@ async fn r4_19_an_allowed_file_with_other_hard_links_is_written_in_place_for_all
     );
     assert_eq!(std::fs::metadata(work.join("a.txt")).unwrap().nlink(), 2);
 }
+
+#[tokio::test]
+#[allow(unsafe_code)]
+async fn r4_19_a_file_with_extended_attributes_keeps_them_written_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tagged.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    let path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer with its length.
+    let set = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"user.tag".as_ptr(),
+            b"kept".as_ptr().cast(),
+            4,
+            0,
+        )
+    };
+    if set != 0 {
+        // This file system takes no user attributes: nothing to keep.
+        return;
+    }
+    let before = std::fs::metadata(&file).unwrap().ino();
+    let written = call(
+        &WriteFile,
+        &ctx_in(dir.path()),
+        json!({"path": "tagged.txt", "content": "new\n"}),
+    )
+    .await;
+    assert!(
+        matches!(written, ToolOutput::Completed { .. }),
+        "{written:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "new\n");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().ino(),
+        before,
+        "written in place"
+    );
+    let mut value = [0u8; 16];
+    // SAFETY: as above.
+    let got = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"user.tag".as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    assert_eq!(&value[..got.max(0) as usize], b"kept");
+}

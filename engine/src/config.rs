@@ -269,6 +269,16 @@ impl ProviderConfig {
         if name == self.name {
             return self.clone();
         }
+        // A section that names no provider (so the offline script) sets nothing
+        // the script uses but `script`: its address, key and model are meant for
+        // whichever provider is chosen.
+        if self.name == "scripted" && name != "scripted" {
+            return ProviderConfig {
+                name: name.to_string(),
+                script: None,
+                ..self.clone()
+            };
+        }
         ProviderConfig {
             name: name.to_string(),
             max_attempts: self.max_attempts,
@@ -581,6 +591,17 @@ mod tests {
         assert_eq!(ollama.base_url(), "http://127.0.0.1:11434");
         // The provider the config is written for keeps all of it.
         assert_eq!(config.for_provider("anthropic"), config);
+        // A section that names no provider lends what it says to the one chosen.
+        let unnamed = Config::from_toml(
+            "[provider]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"gpt\"\napi_key_env = \"MYKEY\"\n",
+        )
+        .unwrap()
+        .provider;
+        let openai = unnamed.for_provider("openai");
+        assert_eq!(openai.name, "openai");
+        assert_eq!(openai.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(openai.model.as_deref(), Some("gpt"));
+        assert_eq!(openai.api_key_env.as_deref(), Some("MYKEY"));
     }
 
     #[test]

@@ -131,10 +131,6 @@ pub fn error_response(id: Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-pub fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
-}
-
 /// Reads lines from `input` until EOF, sending each parsed message. A line longer
 /// than [`MAX_LINE`] is answered with a parse error and skipped (the rest of it is
 /// read and dropped, never held). The channel is bounded: while it is full, stdin
@@ -218,7 +214,7 @@ impl Backlog {
 /// costs a few large writes, and a lone update still goes out at once.
 pub async fn write_messages(
     output: impl AsyncWrite + Unpin,
-    mut messages: mpsc::UnboundedReceiver<Value>,
+    mut messages: mpsc::UnboundedReceiver<Outgoing>,
     backlog: Arc<Backlog>,
 ) -> std::io::Result<()> {
     let mut output = tokio::io::BufWriter::with_capacity(256 * 1024, output);
@@ -228,7 +224,12 @@ pub async fn write_messages(
         let mut next = Some(message);
         while let Some(message) = next.take() {
             line.clear();
-            serde_json::to_writer(&mut line, &message).map_err(std::io::Error::other)?;
+            match message {
+                Outgoing::Value(value) => {
+                    serde_json::to_writer(&mut line, &value).map_err(std::io::Error::other)?;
+                }
+                Outgoing::Line(text) => line.extend_from_slice(text.as_bytes()),
+            }
             line.push(b'\n');
             output.write_all(&line).await?;
             written += 1;
@@ -242,6 +243,26 @@ pub async fn write_messages(
     Ok(())
 }
 
+/// A message for the client: a JSON value, or one serialized already — a
+/// notification built straight from its typed parameters, with no `Value` tree in
+/// between (a replayed transcript is thousands of them).
+#[derive(Debug)]
+pub enum Outgoing {
+    Value(Value),
+    Line(String),
+}
+
+impl Outgoing {
+    /// The message as a JSON value.
+    #[cfg(test)]
+    pub fn into_value(self) -> Value {
+        match self {
+            Outgoing::Value(value) => value,
+            Outgoing::Line(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+}
+
 /// The client's answer to one of our requests: its result, or its error object.
 type Answer = oneshot::Sender<Result<Value, Value>>;
 
@@ -249,7 +270,7 @@ type Answer = oneshot::Sender<Result<Value, Value>>;
 /// own requests with their pending answers.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    out: mpsc::UnboundedSender<Value>,
+    out: mpsc::UnboundedSender<Outgoing>,
     backlog: Arc<Backlog>,
     next_id: Arc<AtomicI64>,
     /// Requests sent and not yet answered; `None` once nobody waits any more (the
@@ -274,7 +295,7 @@ impl Drop for Waiting<'_> {
 
 impl Outbox {
     /// An outbox whose messages the writer takes from `out`, accounting in `backlog`.
-    pub fn new(out: mpsc::UnboundedSender<Value>, backlog: Arc<Backlog>) -> Outbox {
+    pub fn new(out: mpsc::UnboundedSender<Outgoing>, backlog: Arc<Backlog>) -> Outbox {
         Outbox {
             out,
             backlog,
@@ -286,9 +307,30 @@ impl Outbox {
     /// Queues a message for the writer. Never waits: producers of many messages
     /// wait for room first ([`Outbox::ready`]).
     pub fn send(&self, message: Value) {
-        if self.out.send(message).is_ok() {
+        if self.out.send(Outgoing::Value(message)).is_ok() {
             self.backlog.sent();
         }
+    }
+
+    /// Queues the notification `method` with `params` serialized straight into its
+    /// line.
+    pub fn notify_with(
+        &self,
+        method: &str,
+        params: &impl serde::Serialize,
+    ) -> serde_json::Result<()> {
+        let mut line = Vec::with_capacity(256);
+        line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+        serde_json::to_writer(&mut line, method)?;
+        line.extend_from_slice(b",\"params\":");
+        serde_json::to_writer(&mut line, params)?;
+        line.push(b'}');
+        // Serde writes UTF-8.
+        let line = String::from_utf8(line).map_err(serde::ser::Error::custom)?;
+        if self.out.send(Outgoing::Line(line)).is_ok() {
+            self.backlog.sent();
+        }
+        Ok(())
     }
 
     /// Waits until fewer than [`OUTGOING`] messages wait to be written: a client
@@ -302,10 +344,6 @@ impl Outbox {
             }
             room.await;
         }
-    }
-
-    pub fn notify(&self, method: &str, params: Value) {
-        self.send(notification(method, params));
     }
 
     /// Sends a request to the client and waits for its answer (`Err` holds the
@@ -374,7 +412,7 @@ mod tests {
         out
     }
 
-    fn outbox() -> (Outbox, mpsc::UnboundedReceiver<Value>) {
+    fn outbox() -> (Outbox, mpsc::UnboundedReceiver<Outgoing>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Outbox::new(tx, Arc::default()), rx)
     }
@@ -484,7 +522,7 @@ mod tests {
                     .await
             })
         };
-        let sent = rx.recv().await.unwrap();
+        let sent = rx.recv().await.unwrap().into_value();
         assert_eq!(sent["method"], "session/request_permission");
         assert!(
             !outbox.answer(&json!(999), Ok(json!({}))),
@@ -503,7 +541,7 @@ mod tests {
             // Polled once (sent), then dropped: the turn was cancelled.
             assert!(futures_poll_once(asking.as_mut()).await.is_none());
         }
-        let sent = rx.recv().await.unwrap();
+        let sent = rx.recv().await.unwrap().into_value();
         assert!(outbox.answer(&sent["id"], Ok(json!({}))), "our late answer");
         assert!(
             !outbox.answer(&sent["id"], Ok(json!({}))),
@@ -555,14 +593,16 @@ mod tests {
     #[tokio::test]
     async fn the_writer_writes_one_line_per_message() {
         let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(json!({"a": 1})).unwrap();
-        tx.send(json!({"b": "two\nlines"})).unwrap();
+        tx.send(Outgoing::Value(json!({"a": 1}))).unwrap();
+        tx.send(Outgoing::Value(json!({"b": "two\nlines"})))
+            .unwrap();
+        tx.send(Outgoing::Line("{\"c\":3}".into())).unwrap();
         drop(tx);
         let mut out = Vec::new();
         write_messages(&mut out, rx, Arc::default()).await.unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "{\"a\":1}\n{\"b\":\"two\\nlines\"}\n"
+            "{\"a\":1}\n{\"b\":\"two\\nlines\"}\n{\"c\":3}\n"
         );
     }
 }

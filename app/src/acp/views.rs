@@ -421,8 +421,9 @@ impl Views {
     }
 
     fn send(&self, session: &str, update: SessionUpdate) {
-        match serde_json::to_value(SessionNotification::new(session.to_string(), update)) {
-            Ok(params) => self.outbox.notify("session/update", params),
+        let notification = SessionNotification::new(session.to_string(), update);
+        match self.outbox.notify_with("session/update", &notification) {
+            Ok(()) => {}
             Err(e) => tracing::error!(error = %e, "cannot serialize an update"),
         }
     }

@@ -132,6 +132,13 @@ impl AnthropicProvider {
                     is_error,
                     ..
                 } => {
+                    // Text of whitespace alone is refused by the API, a result's
+                    // too: an empty output is said as such.
+                    let content = if content.trim().is_empty() {
+                        "(no output)"
+                    } else {
+                        content.as_str()
+                    };
                     let mut block = json!({"type": "tool_result",
                                            "tool_use_id": ids.result(call_id),
                                            "content": content});

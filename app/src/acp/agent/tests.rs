@@ -44,8 +44,18 @@ mod turn_tests {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
         let database = data.join("steward.db");
-        let (out, received) = tokio::sync::mpsc::unbounded_channel();
+        let (out, mut outgoing) = tokio::sync::mpsc::unbounded_channel();
         let outbox = Outbox::new(out, Arc::default());
+        // What the agent sends, as the client reads it.
+        let (values, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(message) = outgoing.recv().await {
+                let message: crate::acp::transport::Outgoing = message;
+                if values.send(message.into_value()).is_err() {
+                    return;
+                }
+            }
+        });
         let (views, forwarding) = Views::new(outbox.clone());
         let engine = Engine::start(EngineOptions {
             db: Db::open(&database, clock.as_ref()).unwrap(),

@@ -849,3 +849,24 @@ fn r4_18_no_text_block_of_whitespace_alone_is_sent() {
         ])
     );
 }
+
+#[test]
+fn r4_18_a_tool_result_of_whitespace_alone_is_sent_as_no_output() {
+    let provider = AnthropicProvider::new(&config("http://127.0.0.1:9")).unwrap();
+    let [call, _] = called("toolu_1", "true");
+    let body = provider.body(&request(vec![
+        ChatMessage::User("hi".into()),
+        call,
+        ChatMessage::ToolResult {
+            call_id: "toolu_1".into(),
+            tool: "run_command".into(),
+            content: "\n".into(),
+            is_error: false,
+        },
+    ]));
+    assert_eq!(
+        body["messages"][2]["content"][0]["content"],
+        json!("(no output)"),
+        "{body}"
+    );
+}

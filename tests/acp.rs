@@ -818,6 +818,12 @@ fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again()
         }),
         "the agent did not die"
     );
+    // Its main thread is a zombie before its last thread is gone, and its files —
+    // its owner lock among them — close with the last thread.
+    assert!(
+        crate::support::eventually(Duration::from_secs(10), || owners_free(&env)),
+        "the agent's owner lock stayed held"
+    );
     // The relaunch reconciles the write as unknown and never sends it again: not to
     // a client (there is none), not to the disk.
     let recovered = env
@@ -847,6 +853,14 @@ fn r4_19_acp_a_kill_while_the_client_writes_is_reconciled_and_never_sent_again()
         std::fs::read_to_string(&file).unwrap(),
         "on disk\nold line\n"
     );
+}
+
+/// Whether no owner lock file of `env` is held.
+fn owners_free(env: &Env) -> bool {
+    std::fs::read_dir(env.data.join("owners"))
+        .into_iter()
+        .flatten()
+        .all(|entry| std::fs::File::open(entry.unwrap().path()).is_ok_and(|f| f.try_lock().is_ok()))
 }
 
 /// The claims and owners in the file, and whether each owner's lock is held: what

@@ -17,7 +17,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use history::{History, Spec};
@@ -78,11 +79,16 @@ fn time(data: &Path, config: &Path, args: &[&str]) -> Duration {
 
 /// An OpenAI-compatible server on loopback that answers every request with a short
 /// streamed reply, and tells when each request arrived.
-fn provider() -> (u16, mpsc::Receiver<Instant>) {
+fn provider() -> (u16, mpsc::Receiver<Instant>, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (arrived, arrivals) = mpsc::channel();
+    // While set, a request is held unanswered: it stays in flight until Steward
+    // is killed.
+    let hold = Arc::new(AtomicBool::new(false));
+    let holding = hold.clone();
     std::thread::spawn(move || {
+        let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let _ = arrived.send(Instant::now());
@@ -110,6 +116,10 @@ fn provider() -> (u16, mpsc::Receiver<Instant>) {
                     }
                 }
             }
+            if holding.load(Ordering::SeqCst) {
+                held.push(stream);
+                continue;
+            }
             let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":null}]}\n\n\
                         data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
                         data: [DONE]\n\n";
@@ -120,7 +130,52 @@ fn provider() -> (u16, mpsc::Receiver<Instant>) {
             );
         }
     });
-    (port, arrivals)
+    (port, arrivals, hold)
+}
+
+/// On `data`: `steward run` killed (SIGKILL) with its provider request in flight,
+/// then the relaunch — `steward recover`, which continues the interrupted session —
+/// to the continuation's provider request, after which the answer streams at once.
+fn relaunch(
+    data: &Path,
+    config: &Path,
+    work: &Path,
+    arrivals: &mpsc::Receiver<Instant>,
+    hold: &AtomicBool,
+) -> Duration {
+    while arrivals.try_recv().is_ok() {}
+    hold.store(true, Ordering::SeqCst);
+    let mut child = steward()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .args(["run", "--dir"])
+        .arg(work)
+        .arg("hello")
+        .spawn()
+        .unwrap();
+    arrivals
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no provider request");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    hold.store(false, Ordering::SeqCst);
+    let start = Instant::now();
+    let mut child = steward()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .arg("recover")
+        .spawn()
+        .unwrap();
+    let arrived = arrivals
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no continuation request");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "steward recover failed");
+    arrived - start
 }
 
 /// `steward run` to its first provider request.
@@ -163,7 +218,7 @@ fn main() {
     let scratch = tempfile::tempdir().unwrap();
     let work = scratch.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let (port, arrivals) = provider();
+    let (port, arrivals, hold) = provider();
     let config = scratch.path().join("config.toml");
     std::fs::write(
         &config,
@@ -298,6 +353,36 @@ fn main() {
         Some(("show --json, same session", s)),
         table::Limit::RatioAtMost(1.0),
     );
+    // A relaunch after kill -9 to the continuation, on the large file beside the
+    // small one (each on its copy: every run adds an interrupted session).
+    let (mut smalls, mut larges) = (Vec::new(), Vec::new());
+    relaunch(&small_copy, &config, &work, &arrivals, &hold);
+    relaunch(&large_copy, &config, &work, &arrivals, &hold);
+    for _ in 0..RUNS {
+        smalls.push(relaunch(&small_copy, &config, &work, &arrivals, &hold));
+        larges.push(relaunch(&large_copy, &config, &work, &arrivals, &hold));
+    }
+    let (s, l) = (median(smalls), median(larges));
+    println!(
+        "{:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
+        "relaunch to continuation",
+        l / s,
+        RATIO
+    );
+    table::row(
+        "large history",
+        "relaunch after kill -9 to continuation request",
+        l,
+        "ms",
+        Some(("same on 10k events", s)),
+        table::Limit::AtMostAndRatioAtMost(100.0, RATIO),
+    );
+    if l > 100.0 || l / s > RATIO {
+        failed.push(format!(
+            "relaunch to continuation: {l:.1} ms, {:.2}× the small file's",
+            l / s
+        ));
+    }
     if !failed.is_empty() {
         eprintln!("over the limit: {}", failed.join("; "));
         std::process::exit(1);

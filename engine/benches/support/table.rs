@@ -17,6 +17,8 @@ pub enum Limit {
     AtLeast(f64),
     /// The ratio to the baseline must not exceed this.
     RatioAtMost(f64),
+    /// Neither the value nor its ratio to the baseline may exceed these.
+    AtMostAndRatioAtMost(f64, f64),
 }
 
 /// Prints one row: `value` in `unit`, with `baseline` (its name and value in the
@@ -53,6 +55,14 @@ pub fn row(
         Limit::RatioAtMost(max) => (
             format!("ratio ≤ {max}"),
             if ratio.is_some_and(|r| r <= max) {
+                "met"
+            } else {
+                "MISSED"
+            },
+        ),
+        Limit::AtMostAndRatioAtMost(most, max) => (
+            format!("≤ {most}, ratio ≤ {max}"),
+            if value <= most && ratio.is_some_and(|r| r <= max) {
                 "met"
             } else {
                 "MISSED"

@@ -254,16 +254,7 @@ fn r4_19_acp_a_commands_output_streams_while_it_runs() {
         "ticks.toml",
         "[[step]]\ntext = [\"Counting.\"]\ntool_calls = [{ tool = \"run_command\", input = { command = \"for i in 1 2 3; do echo tick $i; sleep 0.5; done\" } }]\n[[step]]\ntext = [\"Counted.\"]\n",
     );
-    let config = env.root.path().join("config.toml");
-    std::fs::write(&config, "[tools]\nallow = [\"run_command\"]\n").unwrap();
-    let mut client = Driver::spawn(&env, &argv(&env, &script, Some(&config)));
-    client.request("initialize", json!({"protocolVersion": 1}));
-    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
-    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
-    client.send(
-        json!({"jsonrpc": "2.0", "id": 70, "method": "session/prompt",
-        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "count"}]}}),
-    );
+    let mut client = prompting(&env, &script, &work, "", &[], 70);
     let streamed = |m: &Value| {
         let update = &m["params"]["update"];
         update["sessionUpdate"] == "tool_call_update"
@@ -295,16 +286,7 @@ fn r4_19_acp_output_held_back_by_the_pace_is_sent_when_the_command_goes_quiet() 
         "quiet.toml",
         "[[step]]\ntext = [\"Running.\"]\ntool_calls = [{ tool = \"run_command\", input = { command = \"echo first; sleep 0.05; echo second; sleep 3; echo third\" } }]\n[[step]]\ntext = [\"Ran.\"]\n",
     );
-    let config = env.root.path().join("config.toml");
-    std::fs::write(&config, "[tools]\nallow = [\"run_command\"]\n").unwrap();
-    let mut client = Driver::spawn(&env, &argv(&env, &script, Some(&config)));
-    client.request("initialize", json!({"protocolVersion": 1}));
-    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
-    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
-    client.send(
-        json!({"jsonrpc": "2.0", "id": 71, "method": "session/prompt",
-        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "run"}]}}),
-    );
+    let mut client = prompting(&env, &script, &work, "", &[], 71);
     // "second" came within the pace of "first": it is sent once the command goes
     // quiet, not only when "third" comes three seconds later.
     let second_alone = |m: &Value| {
@@ -341,23 +323,13 @@ fn r4_19_acp_live_output_never_carries_a_hidden_value_not_even_in_pieces() {
             key
         ),
     );
-    let config = env.root.path().join("config.toml");
-    std::fs::write(
-        &config,
-        "[provider]\napi_key_env = \"STEWARD_TEST_HIDDEN\"\n[tools]\nallow = [\"run_command\"]\n",
-    )
-    .unwrap();
-    let mut client = Driver::spawn_with(
+    let mut client = prompting(
         &env,
-        &argv(&env, &script, Some(&config)),
+        &script,
+        &work,
+        "[provider]\napi_key_env = \"STEWARD_TEST_HIDDEN\"\n",
         &[("STEWARD_TEST_HIDDEN", key)],
-    );
-    client.request("initialize", json!({"protocolVersion": 1}));
-    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
-    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
-    client.send(
-        json!({"jsonrpc": "2.0", "id": 72, "method": "session/prompt",
-        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "run"}]}}),
+        72,
     );
     assert!(client.wait_for(Duration::from_secs(30), |m| m["id"] == 72));
     let live: Vec<String> = client
@@ -379,4 +351,32 @@ fn r4_19_acp_live_output_never_carries_a_hidden_value_not_even_in_pieces() {
         "{live:#?}"
     );
     assert!(client.close().success());
+}
+
+/// `steward acp` on `script` with `run_command` allowed (and `config` besides), in
+/// an environment with `vars`: initialized, a session in `work` created, and the
+/// prompt sent as request `id`.
+fn prompting(
+    env: &Env,
+    script: &str,
+    work: &str,
+    config: &str,
+    vars: &[(&str, &str)],
+    id: i64,
+) -> Driver {
+    let path = env.root.path().join("config.toml");
+    std::fs::write(
+        &path,
+        format!("{config}[tools]\nallow = [\"run_command\"]\n"),
+    )
+    .unwrap();
+    let mut client = Driver::spawn_with(env, &argv(env, script, Some(&path)), vars);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
+    let session = created["result"]["sessionId"].as_str().unwrap().to_string();
+    client.send(
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+    );
+    client
 }

@@ -177,29 +177,7 @@ fn refuse_opened_database(path: &Path, file: File, verb: &str) -> Result<(File, 
 /// Opens the located file for reading — exactly it, by name in its checked
 /// directory, without following a link or blocking — and checks what was opened.
 fn open_regular(ctx: &ToolContext, located: &reach::Located) -> Result<(File, Metadata), String> {
-    let path = &located.path;
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "cannot read {}: it is {}, not a regular file",
-            path.display(),
-            kind(&meta)
-        ));
-    }
-    refuse_own_database(path, &meta, "read")?;
-    let (dir, name) = reach::open_parent(ctx, located, false)?;
-    let file = dir
-        .open_with(
-            &name,
-            cap_std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(NO_FOLLOW),
-        )
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        .into_std();
-    let (file, meta) = refuse_opened_database(path, file, "read")?;
-    check_opened(ctx, located, &meta, "read")?;
+    let (_, _, file, meta) = open_exactly(ctx, located, "read")?;
     Ok((file, meta))
 }
 
@@ -212,31 +190,44 @@ pub(crate) fn open_for_edit(
     ctx: &ToolContext,
     located: &reach::Located,
 ) -> Result<(cap_std::fs::Dir, std::ffi::OsString, File), String> {
+    let (dir, name, file, _) = open_exactly(ctx, located, "edit")?;
+    Ok((dir, name, file))
+}
+
+/// Opens the located regular file — to `read` it, or also to write it for any
+/// other `verb` — by name in its checked directory, never creating it, without
+/// following a link or blocking; refuses the database this process uses; checks
+/// what was opened.
+fn open_exactly(
+    ctx: &ToolContext,
+    located: &reach::Located,
+    verb: &str,
+) -> Result<(cap_std::fs::Dir, std::ffi::OsString, File, Metadata), String> {
     let path = &located.path;
     let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot edit {}: {e}", path.display()))?;
+        std::fs::metadata(path).map_err(|e| format!("cannot {verb} {}: {e}", path.display()))?;
     if !meta.is_file() {
         return Err(format!(
-            "cannot edit {}: it is {}, not a regular file",
+            "cannot {verb} {}: it is {}, not a regular file",
             path.display(),
             kind(&meta)
         ));
     }
-    refuse_own_database(path, &meta, "edit")?;
+    refuse_own_database(path, &meta, verb)?;
     let (dir, name) = reach::open_parent(ctx, located, false)?;
     let file = dir
         .open_with(
             &name,
             cap_std::fs::OpenOptions::new()
                 .read(true)
-                .write(true)
+                .write(verb != "read")
                 .custom_flags(NO_FOLLOW),
         )
-        .map_err(|e| format!("cannot edit {}: {e}", path.display()))?
+        .map_err(|e| format!("cannot {verb} {}: {e}", path.display()))?
         .into_std();
-    let (file, meta) = refuse_opened_database(path, file, "edit")?;
-    check_opened(ctx, located, &meta, "edit")?;
-    Ok((dir, name, file))
+    let (file, meta) = refuse_opened_database(path, file, verb)?;
+    check_opened(ctx, located, &meta, verb)?;
+    Ok((dir, name, file, meta))
 }
 
 /// Puts `content` at `name` in `dir` whole or not at all (protocol §4.19): written

@@ -159,7 +159,13 @@ fn r2_8_a_foreign_reader_s_close_never_deletes_the_log_of_steward_inspect() {
         assert_eq!(code(&output), 0, "{}", stderr(&output));
     };
     // A writer's commits ring the inspector's doorbell: its read attaches it to the
-    // log (the first writer's close may still have checkpointed and removed it).
+    // log. The test holds the log open meanwhile — a reader that comes only after
+    // the last writer's close checkpointed and removed it reads the file as it is,
+    // with no log and no lock — and lets go once the inspector is attached.
+    let holding = rusqlite::Connection::open(env.db()).unwrap();
+    holding
+        .query_row("SELECT count(*) FROM session", [], |r| r.get::<_, i64>(0))
+        .unwrap();
     run("second prompt");
     assert!(
         eventually(Duration::from_secs(10), || holds_posix_lock(
@@ -168,6 +174,7 @@ fn r2_8_a_foreign_reader_s_close_never_deletes_the_log_of_steward_inspect() {
         )),
         "steward inspect never took its SQLite lock"
     );
+    holding.close().unwrap();
     // Attached, it keeps the log in use: a writer's close must not take it, nor a
     // foreign reader's.
     run("third prompt");

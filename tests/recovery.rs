@@ -1,6 +1,7 @@
 //! Crash recovery end to end on the real binary: SIGKILL mid-tool and mid-stream,
 //! relaunch, and check what the transcript, the files and `recover --json` say.
 
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use pretty_assertions::assert_eq;
 use serde_json::Value;
 
 use crate::run::{only_session, show, work_dir, write_script};
-use crate::support::{Env, code, eventually, signal, snapshot, stderr, stdout};
+use crate::support::{Env, code, eventually, processes_in, signal, snapshot, stderr, stdout};
 
 const INTERRUPTED: &str = "Session execution interrupted by server restart";
 const UNKNOWN: &str = "Provider Step outcome unknown after server restart";
@@ -72,6 +73,15 @@ fn r5_sigkill_while_a_tool_sleeps_is_reconciled_and_continued_without_repeating_
         .contains(&"tool.started".to_string())));
     signal(child.id(), "KILL");
     child.wait().unwrap();
+    // The tool's group dies with Steward (PR_SET_PDEATHSIG) — as soon as its
+    // wrapper is scheduled, which a busy machine may delay: the relaunch waits, so
+    // that recovery finds nothing left to stop.
+    assert!(
+        eventually(Duration::from_secs(10), || processes_in(Path::new(&work))
+            .is_empty()),
+        "the tool outlived Steward: {:?}",
+        processes_in(Path::new(&work))
+    );
 
     let relaunched = Instant::now();
     let report = recover_json(&env, &script);

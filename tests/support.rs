@@ -192,3 +192,27 @@ pub fn holds_posix_lock(pid: u32, path: &Path) -> bool {
             })
     })
 }
+
+/// Pids of live (non-zombie) processes whose working directory is `dir`.
+pub fn processes_in(dir: &Path) -> Vec<i32> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir) {
+            out.push(pid);
+        }
+    }
+    out
+}

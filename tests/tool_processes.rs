@@ -64,7 +64,7 @@ fn i7_sigkill_of_steward_alone_takes_the_tool_and_its_children_with_it() {
     signal(child.id(), "KILL"); // Steward only, not its group
     child.wait().unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || processes_with(&marker)
+        eventually(Duration::from_secs(10), || processes_with(&marker)
             .is_empty()),
         "tool processes outlived Steward: {:?}",
         processes_with(&marker)

@@ -51,6 +51,46 @@ fn start(env: &Env, script: &str, work: &str, no_pdeathsig: bool) -> std::proces
 }
 
 #[test]
+fn i7_a_steward_started_with_sighup_ignored_still_takes_its_tools_with_it() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let (script, marker) = marked_script(&env);
+    // As `nohup` (or a service manager) starts it: SIGHUP ignored, which every
+    // child inherits.
+    let steward = env.cmd();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("trap '' HUP; exec \"$0\" \"$@\"")
+        .arg(steward.get_program())
+        .args(steward.get_args())
+        .args([
+            "--script", &script, "run", "--yes", "--dir", &work, "start it",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (key, value) in steward.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    let mut child = cmd.spawn().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || processes_with(&marker).len()
+            >= 3),
+        "the tool never started"
+    );
+    signal(child.id(), "KILL");
+    child.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || processes_with(&marker)
+            .is_empty()),
+        "tool processes outlived Steward: {:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
 fn i7_sigkill_of_steward_alone_takes_the_tool_and_its_children_with_it() {
     let env = Env::new();
     let work = work_dir(&env);

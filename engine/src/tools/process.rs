@@ -150,9 +150,13 @@ fn spawn_here(program: &Program, cwd: &Path, hidden_env: &[String]) -> io::Resul
     if std::env::var(NO_PDEATHSIG_ENV).as_deref() != Ok("1") {
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: between fork and exec only async-signal-safe calls are made
-        // (prctl, getppid, _exit), touching no memory the parent owns.
+        // (signal, prctl, getppid, _exit), touching no memory the parent owns.
         unsafe {
             cmd.pre_exec(move || {
+                // A Steward started with SIGHUP ignored (`nohup`, some service
+                // managers and shells) would pass that on, and a shell cannot trap
+                // a signal ignored when it started: the wrapper would outlive it.
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP as libc::c_ulong) != 0 {
                     return Err(io::Error::last_os_error());
                 }

@@ -57,17 +57,27 @@ fn steward() -> Command {
     cmd
 }
 
+/// `steward run --dir work hello` on `data`, started.
+fn run_hello(data: &Path, config: &Path, work: &Path) -> std::process::Child {
+    steward_on(data, config)
+        .args(["run", "--dir"])
+        .arg(work)
+        .arg("hello")
+        .spawn()
+        .unwrap()
+}
+
+/// `steward --data-dir data --config config`.
+fn steward_on(data: &Path, config: &Path) -> Command {
+    let mut cmd = steward();
+    cmd.arg("--data-dir").arg(data).arg("--config").arg(config);
+    cmd
+}
+
 /// Runs `args` on `data` and returns its wall time.
 fn time(data: &Path, config: &Path, args: &[&str]) -> Duration {
     let start = Instant::now();
-    let output = steward()
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
+    let output = steward_on(data, config).args(args).output().unwrap();
     let took = start.elapsed();
     assert!(
         output.status.success(),
@@ -145,16 +155,7 @@ fn relaunch(
 ) -> Duration {
     while arrivals.try_recv().is_ok() {}
     hold.store(true, Ordering::SeqCst);
-    let mut child = steward()
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .args(["run", "--dir"])
-        .arg(work)
-        .arg("hello")
-        .spawn()
-        .unwrap();
+    let mut child = run_hello(data, config, work);
     arrivals
         .recv_timeout(Duration::from_secs(60))
         .expect("no provider request");
@@ -162,14 +163,7 @@ fn relaunch(
     child.wait().unwrap();
     hold.store(false, Ordering::SeqCst);
     let start = Instant::now();
-    let mut child = steward()
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .arg("recover")
-        .spawn()
-        .unwrap();
+    let mut child = steward_on(data, config).arg("recover").spawn().unwrap();
     let arrived = arrivals
         .recv_timeout(Duration::from_secs(60))
         .expect("no continuation request");
@@ -187,16 +181,7 @@ fn first_request(
 ) -> Duration {
     while arrivals.try_recv().is_ok() {}
     let start = Instant::now();
-    let mut child = steward()
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .args(["run", "--dir"])
-        .arg(work)
-        .arg("hello")
-        .spawn()
-        .unwrap();
+    let mut child = run_hello(data, config, work);
     let arrived = arrivals
         .recv_timeout(Duration::from_secs(60))
         .expect("no provider request");
@@ -393,11 +378,7 @@ fn main() {
 /// the request to its answer, every update of the replay read on the way.
 fn load(data: &Path, config: &Path, session: &str, work: &Path) -> Duration {
     use std::io::{BufRead, BufReader};
-    let mut child = steward()
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
+    let mut child = steward_on(data, config)
         .arg("acp")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

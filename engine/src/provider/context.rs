@@ -193,6 +193,25 @@ mod tests {
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
+    /// A finished assistant of execution `exe_1` with `parts`.
+    fn assistant(parts: Vec<Part>) -> MessageData {
+        MessageData::Assistant(AssistantData {
+            warnings: Vec::new(),
+            unavailable: Vec::new(),
+            execution_id: "exe_1".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            time: MessageTime {
+                created: 0,
+                completed: Some(1),
+            },
+            finish: None,
+            error: None,
+            usage: None,
+            parts,
+        })
+    }
+
     fn row(seq: i64, data: MessageData) -> MessageRow {
         MessageRow {
             id: format!("msg_{seq}"),
@@ -222,38 +241,24 @@ mod tests {
             ),
             row(
                 2,
-                MessageData::Assistant(AssistantData {
-                    warnings: Vec::new(),
-                    unavailable: Vec::new(),
-                    execution_id: "exe_1".into(),
-                    provider: "p".into(),
-                    model: "m".into(),
-                    time: MessageTime {
-                        created: 0,
-                        completed: Some(1),
+                assistant(vec![
+                    Part::Text {
+                        id: "prt_1".into(),
+                        text: "Looking.".into(),
                     },
-                    finish: None,
-                    error: None,
-                    usage: None,
-                    parts: vec![
-                        Part::Text {
-                            id: "prt_1".into(),
-                            text: "Looking.".into(),
-                        },
-                        Part::Tool(ToolPart {
-                            id: "p2".into(),
-                            call_id: "c1".into(),
-                            tool: "list_dir".into(),
-                            state: done,
-                        }),
-                        Part::Tool(ToolPart {
-                            id: "p3".into(),
-                            call_id: "c2".into(),
-                            tool: "run_command".into(),
-                            state: failed,
-                        }),
-                    ],
-                }),
+                    Part::Tool(ToolPart {
+                        id: "p2".into(),
+                        call_id: "c1".into(),
+                        tool: "list_dir".into(),
+                        state: done,
+                    }),
+                    Part::Tool(ToolPart {
+                        id: "p3".into(),
+                        call_id: "c2".into(),
+                        tool: "run_command".into(),
+                        state: failed,
+                    }),
+                ]),
             ),
             row(
                 3,
@@ -310,30 +315,16 @@ mod tests {
 
     #[test]
     fn r3_5_text_parts_of_one_assistant_are_sent_apart() {
-        let assistant = MessageData::Assistant(AssistantData {
-            warnings: Vec::new(),
-            unavailable: Vec::new(),
-            execution_id: "exe_1".into(),
-            provider: "p".into(),
-            model: "m".into(),
-            time: MessageTime {
-                created: 0,
-                completed: Some(1),
+        let assistant = assistant(vec![
+            Part::Text {
+                id: "prt_1".into(),
+                text: "Running.".into(),
             },
-            finish: None,
-            error: None,
-            usage: None,
-            parts: vec![
-                Part::Text {
-                    id: "prt_1".into(),
-                    text: "Running.".into(),
-                },
-                Part::Text {
-                    id: "recovery:exe_1".into(),
-                    text: "Session execution interrupted by server restart".into(),
-                },
-            ],
-        });
+            Part::Text {
+                id: "recovery:exe_1".into(),
+                text: "Session execution interrupted by server restart".into(),
+            },
+        ]);
         let conversation = conversation("/w", &[row(1, assistant)]);
         assert_eq!(
             conversation[1],

@@ -39,6 +39,30 @@ pub async fn refusal(
     refused(status, &headers, &body)
 }
 
+/// What every HTTP provider starts from: the API key `config` names (an error when
+/// its variable is not set) and a client whose connect and read timeouts follow
+/// `request_timeout_ms` (protocol §4.15).
+pub fn key_and_client(
+    config: &crate::config::ProviderConfig,
+) -> Result<(Option<String>, reqwest::Client), String> {
+    // One process-wide TLS crypto provider; a second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api_key = match &config.api_key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .map_err(|_| format!("provider.api_key_env names {var}, which is not set"))?,
+        ),
+        None => None,
+    };
+    let timeout = Duration::from_millis(config.request_timeout_ms);
+    let client = reqwest::Client::builder()
+        .connect_timeout(timeout.min(Duration::from_secs(30)))
+        .read_timeout(timeout)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    Ok((api_key, client))
+}
+
 /// [`refusal`] from its parts.
 pub fn refused(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
     let (error_type, message) = error_of(body);

@@ -51,20 +51,7 @@ impl std::fmt::Debug for OllamaProvider {
 
 impl OllamaProvider {
     pub fn new(config: &ProviderConfig) -> Result<OllamaProvider, String> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let api_key = match &config.api_key_env {
-            Some(var) => Some(
-                std::env::var(var)
-                    .map_err(|_| format!("provider.api_key_env names {var}, which is not set"))?,
-            ),
-            None => None,
-        };
-        let timeout = std::time::Duration::from_millis(config.request_timeout_ms);
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeout.min(std::time::Duration::from_secs(30)))
-            .read_timeout(timeout)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let (api_key, client) = super::http::key_and_client(config)?;
         Ok(OllamaProvider {
             client,
             base: config.base_url(),

@@ -6,7 +6,6 @@
 //! are retryable; a malformed chunk or a stream that ends early is not.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use serde_json::{Value, json};
@@ -57,21 +56,7 @@ fn scrub(text: &str, secret: Option<&str>) -> String {
 impl OpenAiProvider {
     /// A provider for `config`: the endpoint, the model, and the key from the variable `api_key_env` names.
     pub fn new(config: &ProviderConfig) -> Result<OpenAiProvider, String> {
-        // One process-wide TLS crypto provider; a second install is a no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let api_key = match &config.api_key_env {
-            Some(var) => Some(
-                std::env::var(var)
-                    .map_err(|_| format!("provider.api_key_env names {var}, which is not set"))?,
-            ),
-            None => None,
-        };
-        let timeout = Duration::from_millis(config.request_timeout_ms);
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeout.min(Duration::from_secs(30)))
-            .read_timeout(timeout)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let (api_key, client) = super::http::key_and_client(config)?;
         Ok(OpenAiProvider {
             client,
             endpoint: format!("{}/chat/completions", config.base_url()),

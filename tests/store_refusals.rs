@@ -339,3 +339,49 @@ fn an_unknown_config_key_is_an_error_that_names_it() {
         stderr(&missing)
     );
 }
+
+#[test]
+fn r2_3_after_a_power_cut_a_damaged_page_is_refused_before_anything_is_written() {
+    let env = Env::new();
+    let work = env.root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let dir = work.display().to_string();
+    for prompt in ["one", "two", "three"] {
+        let output = env.run(&["run", "--yes", "--dir", &dir, prompt]);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    std::fs::remove_dir_all(env.data.join("logs")).unwrap();
+    // A power cut: the owner row of a process of an earlier boot is still there, and
+    // a page of the transcript did not survive as written.
+    let conn = Connection::open(env.db()).unwrap();
+    conn.execute(
+        "INSERT INTO owner VALUES ('own_before', 1, 'this-host', 1000, NULL, 'this-machine', 'an-earlier-boot')",
+        [],
+    )
+    .unwrap();
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    let root: i64 = conn
+        .query_row(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'session_message'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    drop(conn);
+    assert!(!env.data.join("steward.db-wal").exists());
+    let mut bytes = std::fs::read(env.db()).unwrap();
+    let at = ((root - 1) * page_size) as usize;
+    bytes[at] = 0xff; // no b-tree page has this type
+    std::fs::write(env.db(), &bytes).unwrap();
+    // Every command that would write refuses it untouched, the one that recovers too.
+    let before = snapshot(&env.data);
+    for args in [&["recover"][..], &["sessions"], &["run", "--yes", "--dir", &dir, "four"]] {
+        let output = env.run(args);
+        let err = stderr(&output);
+        assert_eq!(code(&output), 3, "{args:?}: {err}");
+        assert!(err.contains("PRAGMA quick_check"), "{args:?}: {err}");
+        assert_eq!(snapshot(&env.data), before, "{args:?} changed the data directory");
+    }
+}

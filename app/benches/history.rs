@@ -172,6 +172,79 @@ fn relaunch(
     arrived - start
 }
 
+/// On `data`: `steward run` killed (SIGKILL) with its provider request in flight,
+/// then the relaunch an editor makes — `steward acp`, `initialize` and `session/load`
+/// of the interrupted session, sent at once — to the continuation's first streamed
+/// text (the `agent_message_chunk` carrying the server's answer).
+fn relaunch_to_text(
+    data: &Path,
+    config: &Path,
+    work: &Path,
+    arrivals: &mpsc::Receiver<Instant>,
+    hold: &AtomicBool,
+) -> Duration {
+    use std::io::{BufRead, BufReader};
+    while arrivals.try_recv().is_ok() {}
+    hold.store(true, Ordering::SeqCst);
+    let mut child = steward_on(data, config)
+        .args(["run", "--json", "--dir"])
+        .arg(work)
+        .arg("hello")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .expect("steward run printed nothing")
+        .unwrap();
+    let event: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let session = event["session_id"].as_str().unwrap().to_string();
+    arrivals
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no provider request");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    hold.store(false, Ordering::SeqCst);
+    let start = Instant::now();
+    let mut child = steward_on(data, config)
+        .arg("acp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":2,"method":"session/load","params":{{"sessionId":"{session}","cwd":"{}","mcpServers":[]}}}}"#,
+        work.display()
+    )
+    .unwrap();
+    let mut took = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        assert!(!line.contains("\"error\""), "{line}");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let update = &message["params"]["update"];
+        if update["sessionUpdate"] == "agent_message_chunk"
+            && update["content"]["text"]
+                .as_str()
+                .is_some_and(|text| text.trim_start() == "ok")
+        {
+            took = Some(start.elapsed());
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    took.expect("the continuation streamed no text")
+}
+
 /// `steward run` to its first provider request.
 fn first_request(
     data: &Path,
@@ -365,6 +438,47 @@ fn main() {
     if l > 100.0 || l / s > RATIO {
         failed.push(format!(
             "relaunch to continuation: {l:.1} ms, {:.2}× the small file's",
+            l / s
+        ));
+    }
+    // The same relaunch as an editor sees it: to the continuation's first text.
+    let (mut smalls, mut larges) = (Vec::new(), Vec::new());
+    relaunch_to_text(&small_copy, &config, &work, &arrivals, &hold);
+    relaunch_to_text(&large_copy, &config, &work, &arrivals, &hold);
+    for _ in 0..RUNS {
+        smalls.push(relaunch_to_text(
+            &small_copy,
+            &config,
+            &work,
+            &arrivals,
+            &hold,
+        ));
+        larges.push(relaunch_to_text(
+            &large_copy,
+            &config,
+            &work,
+            &arrivals,
+            &hold,
+        ));
+    }
+    let (s, l) = (median(smalls), median(larges));
+    println!(
+        "{:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
+        "relaunch to first text (acp)",
+        l / s,
+        RATIO
+    );
+    table::row(
+        "large history",
+        "relaunch after kill -9 to first streamed text (acp)",
+        l,
+        "ms",
+        Some(("same on 10k events", s)),
+        table::Limit::AtMostAndRatioAtMost(100.0, RATIO),
+    );
+    if l > 100.0 || l / s > RATIO {
+        failed.push(format!(
+            "relaunch to first streamed text: {l:.1} ms, {:.2}× the small file's",
             l / s
         ));
     }

@@ -112,7 +112,7 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     }
     check_header(path, meta.len())?;
     let conn = open_read_only(path).map_err(|e| classify(path, e))?;
-    if last_shutdown_unclean(&conn, path) {
+    if whole_file_check_due(&conn) {
         read_ahead(path);
         let quick: String = conn
             .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
@@ -150,22 +150,21 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     Ok(Preflight::Steward { applied })
 }
 
-/// Whether the file was not closed cleanly since it was last checked: an owner row
-/// whose process is provably dead (its lock file here is free), one of another
-/// machine or an earlier boot (a copied or restored data directory, or a power cut),
-/// or no owner table to tell. A clean shutdown removes its owner row, and recovery
-/// removes those of dead owners, and of other boots, once their claims are handled —
-/// so the integrity check runs at launches after a crash until recovery has
-/// reconciled it, and not at the launches of a healthy file (protocol §2.3). A row
-/// of this boot that nothing can prove dead (no lock file) is not a crash seen here,
-/// and would never go away.
-pub(crate) fn last_shutdown_unclean(conn: &Connection, path: &Path) -> bool {
-    use crate::owner::{self, Liveness, Owners};
-    let owners = Owners::of_database(path);
-    match owner::all(conn) {
-        Ok(rows) => rows
-            .iter()
-            .any(|row| !row.is_of_this_boot() || owner::probe(&owners, row) == Liveness::Dead),
+/// Whether the whole file must be checked before anything writes to it (protocol
+/// §2.3): an owner row of another machine or an earlier boot — a data directory
+/// copied or restored here, or a power cut, after which a disk may hold pages it
+/// only claimed to have written — or no owner table to tell. Recovery removes such
+/// rows once their claims are handled, so the check runs at each launch until then,
+/// and never at the launches of a healthy file.
+///
+/// A process of this boot that died (`kill -9`, a panic, an abort) is no such
+/// reason: every write it made reached the kernel whole, and SQLite's WAL commit
+/// leaves the file consistent at every instant of a process's life, so the file is
+/// exactly as sound as at the launch before — and the relaunch that reconciles the
+/// crash does not read a large history through first.
+pub(crate) fn whole_file_check_due(conn: &Connection) -> bool {
+    match crate::owner::all(conn) {
+        Ok(rows) => rows.iter().any(|row| !row.is_of_this_boot()),
         Err(_) => true,
     }
 }

@@ -678,21 +678,23 @@ fn r2_2_migration_0003_keeps_every_row_of_a_populated_file() {
 }
 
 #[test]
-fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
+fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn_pages() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("steward.db");
     let clock = clock();
     let owners = crate::owner::Owners::new(dir.path().join("owners"));
     let mut store = Store::open(&path, &clock).unwrap();
-    let unclean = |store: &Store| open::last_shutdown_unclean(store.conn(), &path);
+    let due = |store: &Store| open::whole_file_check_due(store.conn());
     // Nobody ever ran, or everyone left cleanly.
-    assert!(!unclean(&store));
+    assert!(!due(&store));
     // A live owner: its lock is held.
     let live = store
         .write(|tx| crate::owner::Owner::register(tx, &owners, 1_000))
         .unwrap();
-    assert!(!unclean(&store));
-    // An owner whose lock file is free, or gone: it did not shut down cleanly.
+    assert!(!due(&store));
+    // An owner of this boot whose lock file is free: its process died (kill -9).
+    // Everything it wrote reached the kernel whole, so the file is as sound as
+    // before it ran; its relaunch does not read the whole file.
     std::fs::write(dir.path().join("owners").join("own_gone.lock"), b"").unwrap();
     store
         .conn()
@@ -701,17 +703,21 @@ fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
             [crate::owner::hostname(), crate::host::boot_id()],
         )
         .unwrap();
-    assert!(unclean(&store));
-    // Without its lock file nothing of this boot proves it dead: such a row would
-    // never go away, and must not make every launch check the whole file.
-    std::fs::remove_file(dir.path().join("owners").join("own_gone.lock")).unwrap();
-    assert!(!unclean(&store));
-    // Once recovery forgets it, launches are clean again.
+    let gone = crate::owner::all(store.conn())
+        .unwrap()
+        .into_iter()
+        .find(|row| row.id == "own_gone")
+        .unwrap();
+    assert_eq!(
+        crate::owner::probe(&owners, &gone),
+        crate::owner::Liveness::Dead
+    );
+    assert!(!due(&store));
     store
         .conn()
         .execute("DELETE FROM owner WHERE id = 'own_gone'", [])
         .unwrap();
-    assert!(!unclean(&store));
+    assert!(!due(&store));
     // An owner of another machine or an earlier boot — a data directory copied or
     // restored here, or a power cut — is a crash this launch cannot see: the file is
     // checked until recovery has handled it (and forgotten the row).
@@ -722,6 +728,12 @@ fn r2_3_the_whole_file_check_runs_only_after_an_unclean_shutdown() {
             [crate::owner::hostname()],
         )
         .unwrap();
-    assert!(unclean(&store));
+    assert!(due(&store));
+    // Recovery forgets it once its claims are handled: launches are quick again.
+    store
+        .conn()
+        .execute("DELETE FROM owner WHERE id = 'own_away'", [])
+        .unwrap();
+    assert!(!due(&store));
     drop(live);
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 
-use crate::support::{Env, code, helper_bin, snapshot, stderr, stdout, unprivileged};
+use crate::support::{Env, code, helper_bin, signal, snapshot, stderr, stdout, unprivileged};
 
 /// Runs a command on the prepared data dir and checks the refusal (`doctor`
 /// explains a refusal at length instead; see `hardening.rs`).
@@ -377,11 +377,160 @@ fn r2_3_after_a_power_cut_a_damaged_page_is_refused_before_anything_is_written()
     std::fs::write(env.db(), &bytes).unwrap();
     // Every command that would write refuses it untouched, the one that recovers too.
     let before = snapshot(&env.data);
-    for args in [&["recover"][..], &["sessions"], &["run", "--yes", "--dir", &dir, "four"]] {
+    for args in [
+        &["recover"][..],
+        &["sessions"],
+        &["run", "--yes", "--dir", &dir, "four"],
+    ] {
         let output = env.run(args);
         let err = stderr(&output);
         assert_eq!(code(&output), 3, "{args:?}: {err}");
         assert!(err.contains("PRAGMA quick_check"), "{args:?}: {err}");
-        assert_eq!(snapshot(&env.data), before, "{args:?} changed the data directory");
+        assert_eq!(
+            snapshot(&env.data),
+            before,
+            "{args:?} changed the data directory"
+        );
     }
+}
+
+/// Runs three prompts in a new session, closed cleanly; returns the session id, the
+/// page size and the root page of the transcript's table.
+fn three_turns(env: &Env) -> (String, i64, i64) {
+    let work = env.root.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let dir = work.display().to_string();
+    let first = env.run(&["run", "--json", "--yes", "--dir", &dir, "one"]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let line = stdout(&first);
+    let event: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let session = event["session_id"].as_str().unwrap().to_string();
+    for prompt in ["two", "three"] {
+        let output = env.run(&["run", "--yes", "--session", &session, prompt]);
+        assert_eq!(code(&output), 0, "{}", stderr(&output));
+    }
+    let conn = Connection::open(env.db()).unwrap();
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    let root: i64 = conn
+        .query_row(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'session_message'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    drop(conn);
+    (session, page_size, root)
+}
+
+/// Starts `steward acp` and waits until it answers `initialize`: its owner is
+/// registered, and has written which database it runs on into its lock file.
+fn running_acp(env: &Env) -> std::process::Child {
+    use std::io::{BufRead, Write};
+    let mut child = env
+        .cmd()
+        .arg("acp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut answer)
+        .unwrap();
+    assert!(answer.contains("\"result\""), "{answer}");
+    let owners = env.data.join("owners");
+    let recorded = std::fs::read_dir(&owners)
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.starts_with("database ")));
+    assert!(recorded, "steward acp did not record its database");
+    child
+}
+
+/// Makes one page of the file invalid, as a torn write or another program could.
+fn damage_page(db: &Path, page_size: i64, page: i64) {
+    let mut bytes = std::fs::read(db).unwrap();
+    bytes[((page - 1) * page_size) as usize] = 0xff; // no b-tree page has this type
+    std::fs::write(db, &bytes).unwrap();
+}
+
+#[test]
+fn r2_3_a_data_directory_copied_while_steward_ran_is_checked_whole_on_this_machine_too() {
+    let env = Env::new();
+    let (_, page_size, root) = three_turns(&env);
+    let mut acp = running_acp(&env);
+    // A copy of the data directory taken while Steward runs, file by file, and
+    // restored elsewhere on this machine.
+    let restored = Env::new();
+    let copy = restored.data.clone();
+    std::fs::create_dir_all(copy.join("owners")).unwrap();
+    for name in ["steward.db", "steward.db-wal", "steward.db-shm"] {
+        std::fs::copy(env.data.join(name), copy.join(name)).unwrap();
+    }
+    for entry in std::fs::read_dir(env.data.join("owners"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(entry.path(), copy.join("owners").join(entry.file_name())).unwrap();
+    }
+    signal(acp.id(), "KILL");
+    acp.wait().unwrap();
+    // The copy was torn mid-write: every command refuses it untouched.
+    damage_page(&copy.join("steward.db"), page_size, root);
+    // The -shm is SQLite's shared-memory index of the log, not data: a reader of a
+    // copy whose index is stale rebuilds it.
+    let contents = |dir: &Path| {
+        let mut files = snapshot(dir);
+        files.remove("steward.db-shm");
+        files
+    };
+    let before = contents(&copy);
+    for args in [&["sessions"][..], &["recover"]] {
+        let output = restored.run(args);
+        let err = stderr(&output);
+        assert_eq!(code(&output), 3, "{args:?}: {err}");
+        assert!(err.contains("PRAGMA quick_check"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "not one line: {err}");
+        assert_eq!(contents(&copy), before, "{args:?} changed the copy");
+    }
+    // The original, whose last owner was killed while it ran on it, opens at once.
+    let output = env.run(&["sessions"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
+
+#[test]
+fn r2_3_a_page_damaged_after_a_kill_fails_the_command_that_reads_it_and_doctor_explains_it() {
+    let env = Env::new();
+    let (session, page_size, root) = three_turns(&env);
+    let mut acp = running_acp(&env);
+    signal(acp.id(), "KILL");
+    acp.wait().unwrap();
+    // Another program damages a page while nothing runs.
+    damage_page(&env.db(), page_size, root);
+    let show = env.run(&["show", &session]);
+    let err = stderr(&show);
+    assert_eq!(code(&show), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is damaged; `steward doctor` says where",
+            env.db().display()
+        )),
+        "{err}"
+    );
+    let doctor = env.run(&["doctor"]);
+    let out = stdout(&doctor);
+    assert_eq!(code(&doctor), 3, "{out}{}", stderr(&doctor));
+    assert!(out.contains("the file is damaged"), "{out}");
+    let doctor = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&doctor), 3, "{}", stderr(&doctor));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&doctor)).unwrap();
+    assert_eq!(report["failed"], "integrity", "{report}");
 }

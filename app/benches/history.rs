@@ -101,7 +101,6 @@ fn provider() -> (u16, mpsc::Receiver<Instant>, Arc<AtomicBool>) {
         let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let _ = arrived.send(Instant::now());
             // The request: headers, then a body of Content-Length bytes.
             let mut request = Vec::new();
             let mut buf = [0u8; 8192];
@@ -126,6 +125,8 @@ fn provider() -> (u16, mpsc::Receiver<Instant>, Arc<AtomicBool>) {
                     }
                 }
             }
+            // Arrived: the whole request has been read.
+            let _ = arrived.send(Instant::now());
             if holding.load(Ordering::SeqCst) {
                 held.push(stream);
                 continue;
@@ -225,24 +226,41 @@ fn relaunch_to_text(
         work.display()
     )
     .unwrap();
-    let mut took = None;
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        assert!(!line.contains("\"error\""), "{line}");
-        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
-        let update = &message["params"]["update"];
-        if update["sessionUpdate"] == "agent_message_chunk"
-            && update["content"]["text"]
-                .as_str()
-                .is_some_and(|text| text.trim_start() == "ok")
-        {
-            took = Some(start.elapsed());
-            break;
+    // Read on a thread, so that a continuation that never streams fails the bench
+    // instead of hanging it.
+    let stdout = child.stdout.take().unwrap();
+    let (texted, text) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("\"error\"") {
+                let _ = texted.send(Err(line));
+                return;
+            }
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            let update = &message["params"]["update"];
+            if update["sessionUpdate"] == "agent_message_chunk"
+                && update["content"]["text"]
+                    .as_str()
+                    .is_some_and(|text| text.trim_start() == "ok")
+            {
+                let _ = texted.send(Ok(Instant::now()));
+                return;
+            }
         }
-    }
+        let _ = texted.send(Err("steward acp ended".into()));
+    });
+    let arrived = text.recv_timeout(Duration::from_secs(60));
     drop(stdin);
+    if arrived.is_err() {
+        let _ = child.kill();
+    }
     let _ = child.wait();
-    took.expect("the continuation streamed no text")
+    match arrived {
+        Ok(Ok(at)) => at - start,
+        Ok(Err(line)) => panic!("no streamed text: {line}"),
+        Err(_) => panic!("no streamed text within 60 s"),
+    }
 }
 
 /// `steward run` to its first provider request.

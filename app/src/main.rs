@@ -141,13 +141,31 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _failpoints = steward_engine::failpoint::setup();
+    let (data_dir, config) = (cli.data_dir.clone(), cli.config.clone());
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
             say!("steward: {error:#}");
+            if damaged(&error) {
+                let database = Paths::resolve(data_dir, config)
+                    .map(|p| p.database.display().to_string())
+                    .unwrap_or_else(|_| "the database".into());
+                say!(
+                    "steward: {database} is damaged; `steward doctor` says where, and what you can do"
+                );
+            }
             ExitCode::from(exit_code(&error))
         }
     }
+}
+
+/// Whether SQLite found the database damaged somewhere on the way to `error`.
+fn damaged(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<steward_engine::Error>()
+            .is_some_and(steward_engine::Error::is_damage)
+    })
 }
 
 fn exit_code(error: &anyhow::Error) -> u8 {

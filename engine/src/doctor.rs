@@ -40,6 +40,21 @@ pub struct ReplayMismatch {
 /// Runs every check on `conn` (read-only) at `now_ms`.
 pub fn check(conn: &Connection, now_ms: i64) -> Result<DoctorReport> {
     let quick_check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    if quick_check != "ok" {
+        // A damaged file is explained by its diagnosis (`diagnosis::diagnose`):
+        // counting and replaying it would stop at the first bad page.
+        return Ok(DoctorReport {
+            quick_check,
+            schema_version: None,
+            migrations: Vec::new(),
+            sessions: 0,
+            events: 0,
+            replay_mismatches: Vec::new(),
+            invariants: Vec::new(),
+            rules_checked: 0,
+            ok: false,
+        });
+    }
     let migrations: Vec<String> = migrate::applied(conn)?.into_iter().map(|m| m.id).collect();
     let events: i64 = conn.query_row("SELECT count(*) FROM event", [], |r| r.get(0))?;
     let sessions: i64 = conn.query_row(

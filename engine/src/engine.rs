@@ -206,6 +206,14 @@ impl Engine {
         // Locked first, so no probe sees the row unlocked; a row that cannot be
         // committed (a full disk) takes its lock file with it.
         let owner = Owner::lock(&owners, services.clock.now_ms())?;
+        // Which file this owner runs on, so that a relaunch after it is killed can
+        // tell that crash from a copied file (protocol §2.3). Without it the next
+        // launch after a crash only checks the whole file, as it would a copy.
+        if let Some(path) = services.db.path()
+            && let Err(e) = owner.record_database(path)
+        {
+            tracing::warn!(error = %e, "could not record the database in the owner's lock file");
+        }
         let row = owner.row(services.clock.now_ms());
         let inserted = services
             .db

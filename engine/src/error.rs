@@ -125,6 +125,17 @@ impl Error {
         }
     }
 
+    /// True when SQLite found the file damaged (a malformed page, not a database).
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            Error::Sqlite(e) if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+            )
+        )
+    }
+
     pub(crate) fn corrupt(message: impl Into<String>) -> Self {
         Error::Corrupt(message.into())
     }

@@ -72,7 +72,7 @@ pub struct Owner {
     pub hostname: String,
     pub lock_path: PathBuf,
     /// Held open and locked for the owner's life; the lock dies with the process.
-    _lock: File,
+    lock_file: File,
 }
 
 /// An `owner` row.
@@ -196,8 +196,21 @@ impl Owner {
             pid: std::process::id(),
             hostname: hostname(),
             lock_path,
-            _lock: file,
+            lock_file: file,
         })
+    }
+
+    /// Writes into the lock file which database file this owner runs on, as
+    /// `database <st_dev> <st_ino>`, before its row exists. A process killed here
+    /// leaves a lock file naming the very file it wrote; a data directory copied or
+    /// restored since holds a file of another identity, which tells a launch that the
+    /// file may have been copied mid-write and must be checked whole (protocol §2.3,
+    /// [`ran_on`]).
+    pub fn record_database(&self, database: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(database)?;
+        (&self.lock_file).write_all(format!("database {} {}\n", meta.dev(), meta.ino()).as_bytes())
     }
 
     /// Unregisters on a clean shutdown: the row goes if no claim names it, and the
@@ -338,6 +351,33 @@ pub fn probe(owners: &Owners, owner: &OwnerRow) -> Liveness {
         Err(TryLockError::WouldBlock) => Liveness::Alive,
         Err(TryLockError::Error(_)) => Liveness::Unknown,
     }
+}
+
+/// Whether `owner`'s lock file says it ran on `database` as that file is now: the
+/// same file (device and inode) it recorded when it started
+/// ([`Owner::record_database`]). False when the lock file is missing, names another
+/// file, or records none (an older build wrote it).
+pub fn ran_on(owners: &Owners, owner: &OwnerRow, database: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = owners.lock_path(&owner.id) else {
+        return false;
+    };
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    else {
+        return false;
+    };
+    let mut text = String::new();
+    if file.take(128).read_to_string(&mut text).is_err() {
+        return false;
+    }
+    let Ok(meta) = std::fs::metadata(database) else {
+        return false;
+    };
+    text.trim_end() == format!("database {} {}", meta.dev(), meta.ino())
 }
 
 /// Expires at once (`expires_at = now`) the live claims of an owner proven dead, so

@@ -68,7 +68,14 @@ pub fn run(
     json: bool,
     config: &steward_engine::config::Config,
 ) -> Result<ExitCode> {
-    let report = doctor::check(store.conn(), now_ms)?;
+    let report = match doctor::check(store.conn(), now_ms) {
+        Ok(report) if report.quick_check == "ok" => report,
+        // The file opened without its whole-file check (protocol §2.3) and is
+        // damaged: explained as a refusal is.
+        Ok(report) => return explain_damage(store, &report.quick_check, json),
+        Err(e) if e.is_damage() => return explain_damage(store, &e.to_string(), json),
+        Err(e) => return Err(e.into()),
+    };
     let servers = check_servers(config)?;
     let servers_ok = servers.iter().all(|s| s.ok);
     if json {
@@ -154,6 +161,22 @@ pub fn explain_refusal(paths: &Paths, error: anyhow::Error, json: bool) -> Resul
         return Err(error);
     };
     let d = diagnosis::diagnose(&paths.database, reason, MIGRATIONS);
+    if json {
+        out!("{}", serde_json::to_string(&d)?);
+    } else {
+        print_diagnosis(&d);
+    }
+    Ok(ExitCode::from(crate::exit::REFUSED))
+}
+
+/// Explains a damaged file that opened (exit 3, as a refusal).
+fn explain_damage(store: &Store, found: &str, json: bool) -> Result<ExitCode> {
+    let Some(path) = store.path() else {
+        anyhow::bail!("the database is damaged: {found}");
+    };
+    let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
+    let reason = format!("the file fails PRAGMA quick_check: {found}");
+    let d = diagnosis::diagnose(path, &reason, MIGRATIONS);
     if json {
         out!("{}", serde_json::to_string(&d)?);
     } else {

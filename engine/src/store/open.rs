@@ -112,12 +112,14 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     }
     check_header(path, meta.len())?;
     let conn = open_read_only(path).map_err(|e| classify(path, e))?;
-    if whole_file_check_due(&conn) {
+    if whole_file_check_due(&conn, path) {
         read_ahead(path);
         let quick: String = conn
             .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
             .map_err(|e| classify(path, e))?;
         if quick != "ok" {
+            // One line: SQLite puts a line break between the database and the page.
+            let quick = quick.split_whitespace().collect::<Vec<_>>().join(" ");
             return Err(refuse(
                 path,
                 format!("the file fails PRAGMA quick_check: {quick}"),
@@ -151,20 +153,35 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
 }
 
 /// Whether the whole file must be checked before anything writes to it (protocol
-/// §2.3): an owner row of another machine or an earlier boot — a data directory
-/// copied or restored here, or a power cut, after which a disk may hold pages it
-/// only claimed to have written — or no owner table to tell. Recovery removes such
-/// rows once their claims are handled, so the check runs at each launch until then,
-/// and never at the launches of a healthy file.
+/// §2.3), because its pages may have been torn:
+/// - an owner row of another machine or an earlier boot: a power cut (a disk may
+///   hold pages it only said it had written), or a data directory brought from
+///   elsewhere;
+/// - a dead owner of this boot whose lock file does not name this very file (device
+///   and inode, [`crate::owner::ran_on`]): the file was copied or restored since,
+///   maybe mid-write — or an older build wrote the lock file, or this machine has
+///   no boot id to tell a power cut from a killed process;
+/// - no owner table to tell.
 ///
-/// A process of this boot that died (`kill -9`, a panic, an abort) is no such
-/// reason: every write it made reached the kernel whole, and SQLite's WAL commit
-/// leaves the file consistent at every instant of a process's life, so the file is
-/// exactly as sound as at the launch before — and the relaunch that reconciles the
-/// crash does not read a large history through first.
-pub(crate) fn whole_file_check_due(conn: &Connection) -> bool {
-    match crate::owner::all(conn) {
-        Ok(rows) => rows.iter().any(|row| !row.is_of_this_boot()),
+/// Recovery removes dead owners' rows once their claims are handled, so the check
+/// runs at each launch until then, and never at the launches of a healthy file.
+///
+/// A process of this boot killed while it ran on this file (`kill -9`, a panic,
+/// an abort) is no such reason: with the log, SQLite's commit is atomic against a
+/// crash of the process — a log write the kill cut short leaves a frame whose
+/// checksum fails, which the next opener ignores, and a checkpoint cut short is
+/// redone from the log — so the file is as sound as at the launch before, and the
+/// relaunch that reconciles the crash does not read a large history through first.
+pub(crate) fn whole_file_check_due(conn: &Connection, path: &Path) -> bool {
+    use crate::owner::{self, Liveness, Owners};
+    let owners = Owners::of_database(path);
+    let boot_known = !crate::host::boot_id().is_empty();
+    match owner::all(conn) {
+        Ok(rows) => rows.iter().any(|row| {
+            !row.is_of_this_boot()
+                || (owner::probe(&owners, row) == Liveness::Dead
+                    && !(boot_known && owner::ran_on(&owners, row, path)))
+        }),
         Err(_) => true,
     }
 }

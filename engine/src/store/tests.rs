@@ -684,7 +684,7 @@ fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn
     let clock = clock();
     let owners = crate::owner::Owners::new(dir.path().join("owners"));
     let mut store = Store::open(&path, &clock).unwrap();
-    let due = |store: &Store| open::whole_file_check_due(store.conn());
+    let due = |store: &Store| open::whole_file_check_due(store.conn(), &path);
     // Nobody ever ran, or everyone left cleanly.
     assert!(!due(&store));
     // A live owner: its lock is held.
@@ -692,30 +692,32 @@ fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn
         .write(|tx| crate::owner::Owner::register(tx, &owners, 1_000))
         .unwrap();
     assert!(!due(&store));
-    // An owner of this boot whose lock file is free: its process died (kill -9).
-    // Everything it wrote reached the kernel whole, so the file is as sound as
-    // before it ran; its relaunch does not read the whole file.
-    std::fs::write(dir.path().join("owners").join("own_gone.lock"), b"").unwrap();
-    store
-        .conn()
-        .execute(
-            "INSERT INTO owner VALUES ('own_gone', 1, ?1, 1000, NULL, NULL, ?2)",
-            [crate::owner::hostname(), crate::host::boot_id()],
-        )
-        .unwrap();
-    let gone = crate::owner::all(store.conn())
-        .unwrap()
-        .into_iter()
-        .find(|row| row.id == "own_gone")
-        .unwrap();
+    // An owner of this boot killed while it ran on this very file: its lock is free
+    // and its lock file names this file. SQLite's log makes each commit atomic
+    // against a crash of the process, so the file is as sound as before it ran:
+    // its relaunch does not read the whole file.
+    let killed = crate::owner::Owner::lock(&owners, 2_000).unwrap();
+    killed.record_database(&path).unwrap();
+    let row = killed.row(2_000);
+    store.write(|tx| crate::owner::insert(tx, &row)).unwrap();
+    drop(killed); // as a kill does: the lock goes, the lock file stays
     assert_eq!(
-        crate::owner::probe(&owners, &gone),
+        crate::owner::probe(&owners, &row),
         crate::owner::Liveness::Dead
     );
-    assert!(!due(&store));
+    assert_eq!(due(&store), crate::host::boot_id().is_empty());
+    // The same owner with a lock file that names another file: the data directory
+    // was copied or restored since, maybe mid-write.
+    let lock = owners.lock_path(&row.id).unwrap();
+    std::fs::write(&lock, "database 1 2\n").unwrap();
+    assert!(due(&store));
+    // Or that names none (an older build wrote it): checked, as before.
+    std::fs::write(&lock, "").unwrap();
+    assert!(due(&store));
+    // Once recovery forgets it, launches are quick again.
     store
         .conn()
-        .execute("DELETE FROM owner WHERE id = 'own_gone'", [])
+        .execute("DELETE FROM owner WHERE id = ?1", [&row.id])
         .unwrap();
     assert!(!due(&store));
     // An owner of another machine or an earlier boot — a data directory copied or
@@ -735,5 +737,8 @@ fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn
         .execute("DELETE FROM owner WHERE id = 'own_away'", [])
         .unwrap();
     assert!(!due(&store));
+    // No owner table to tell.
+    store.conn().execute_batch("DROP TABLE owner").unwrap();
+    assert!(due(&store));
     drop(live);
 }

@@ -339,3 +339,48 @@ fn an_unknown_config_key_is_an_error_that_names_it() {
         stderr(&missing)
     );
 }
+
+/// A config file named by `--config` or `STEWARD_CONFIG` must exist (a typo must not
+/// silently run with defaults); the default location missing means defaults.
+#[test]
+fn a_named_config_file_must_exist_and_the_default_one_may_be_missing() {
+    let env = Env::new();
+    let missing = env.root.path().join("nope.toml");
+    let output = env
+        .cmd()
+        .env("STEWARD_CONFIG", &missing)
+        .arg("sessions")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(stderr(&output).contains("nope.toml"), "{}", stderr(&output));
+    assert!(!env.data.exists(), "a missing config touched the data dir");
+    // No config named, none at ~/.config/steward/config.toml (HOME is private).
+    assert!(!env.home.join(".config/steward/config.toml").exists());
+    let output = env.run(&["sessions"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let help = stdout(&env.run(&["--help"]));
+    assert!(
+        help.contains("A file named here must exist")
+            && help.contains("its absence means defaults"),
+        "{help}"
+    );
+}
+
+/// `steward doctor` only reads: on a data directory that does not exist it says there
+/// is nothing to check (exit 1) and creates neither the directory nor a database.
+#[test]
+fn doctor_on_a_missing_data_directory_creates_nothing() {
+    let env = Env::new();
+    let output = env.run(&["doctor"]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("nothing to check"), "{out}");
+    assert!(out.contains(&env.db().display().to_string()), "{out}");
+    assert!(!env.data.exists(), "doctor created {}", env.data.display());
+    let output = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&output), 1);
+    let json: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(json["ok"], false);
+    assert!(!env.data.exists());
+}

@@ -273,6 +273,8 @@ pub struct Transcript {
     /// Rows of the loaded page that cannot be decoded (shown as a warning).
     pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
+    /// Its quarantined rows, as (execution id, reason).
+    pub quarantined: Vec<(String, String)>,
     /// Older messages exist before the first one loaded.
     pub has_older: bool,
     /// How many messages (from the newest) are loaded.
@@ -629,6 +631,8 @@ pub struct LoadedTranscript {
     pub messages: Vec<MessageRow>,
     pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
+    /// Its quarantined rows, as (execution id, reason).
+    pub quarantined: Vec<(String, String)>,
     pub has_older: bool,
 }
 

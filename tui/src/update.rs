@@ -432,6 +432,7 @@ fn apply_rest(
         app.transcript.messages = t.messages;
         app.transcript.unreadable = t.unreadable;
         app.transcript.pending = t.pending;
+        app.transcript.quarantined = t.quarantined;
         app.transcript.has_older = t.has_older;
         app.transcript.state = t.state;
         app.transcript.session = Some(t.session);

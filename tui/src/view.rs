@@ -391,14 +391,26 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     let tr = &app.transcript;
+    let quarantined;
+    let messages = if tr.quarantined.is_empty() {
+        &tr.messages
+    } else {
+        quarantined = transcript::with_quarantine(&tr.messages, &tr.quarantined);
+        &quarantined
+    };
     let (mut lines, starts) = transcript::lines_with_starts(
         t,
-        &tr.messages,
+        messages,
         &tr.pending,
         tr.expanded,
         inner.width,
         &app.live,
     );
+    lines.extend(transcript::quarantine_lines(
+        t,
+        &tr.quarantined,
+        inner.width,
+    ));
     if let Some(failure) = app.current_failure() {
         lines.extend(transcript::failure_lines(t, &failure.text, inner.width));
     }

@@ -319,3 +319,43 @@ fn a_long_permission_input_is_shown_whole_or_scrolls() {
     let small = screen(&app, 60, 14);
     assert!(small.contains("more line"), "{small}");
 }
+
+#[test]
+fn a_quarantined_sessions_open_call_reads_as_unknown_with_the_reason() {
+    let mut app = fixtures::chat();
+    let mut messages = fixtures::recovered_transcript();
+    messages.truncate(1);
+    messages.push(steward_engine::projection::MessageRow {
+        id: "msg_q".into(),
+        session_id: fixtures::SESSION.into(),
+        seq: 3,
+        time_created: fixtures::NOW - 10_000,
+        time_updated: fixtures::NOW - 10_000,
+        data: steward_engine::message::MessageData::from_json(
+            steward_engine::message::MessageKind::Assistant,
+            &serde_json::json!({
+                    "execution_id": fixtures::EXE_QUARANTINED, "provider": "openai",
+                    "model": "qwen2.5-coder", "time": {"created": fixtures::NOW - 10_000},
+                    "parts": [{"id": "prt_q", "type": "tool", "call_id": "call_q",
+                               "tool": "run_command",
+                               "state": {"status": "running", "input": {"command": "sleep 300"},
+                                         "time": {"start": fixtures::NOW - 9_000}}}]})
+            .to_string(),
+        )
+        .unwrap(),
+    });
+    app.transcript.messages = messages;
+    app.transcript.state = Some(steward_engine::inspect::SessionState::Quarantined);
+    app.transcript.quarantined = vec![(
+        fixtures::EXE_QUARANTINED.to_string(),
+        "unknown phase \"bogus\"".to_string(),
+    )];
+    let text = screen(&app, 110, 24);
+    assert!(!text.contains("◐ running"), "{text}");
+    assert!(text.contains("sleep 300  ? outcome unknown"), "{text}");
+    assert!(
+        text.contains("⚠ quarantined: unknown phase \"bogus\""),
+        "{text}"
+    );
+    assert_snapshot!(text);
+}

@@ -26,13 +26,13 @@ pub fn view(app: &App, frame: &mut Frame) {
         too_small(app, frame, area);
         return;
     }
-    // A note too long for the footer line (an error) takes up to three lines of its
-    // own above the hints rather than being cut at the edge.
+    // A note too long for the footer line (an error) takes lines of its own above
+    // the hints, wrapped — up to a third of the screen — rather than being cut at
+    // the edge.
     let (note, hints) = footer_lines(app);
     let note_height = note.as_ref().map_or(0, |n| {
-        n.width()
-            .div_ceil(usize::from(area.width).max(1))
-            .clamp(1, 3) as u16
+        let wrapped = transcript::wrap(vec![n.clone()], area.width).len();
+        wrapped.clamp(1, usize::from(area.height / 3).max(3)) as u16
     });
     let footer_height = 1 + note_height;
     let [header, body, footer] = Layout::vertical([
@@ -50,7 +50,7 @@ pub fn view(app: &App, frame: &mut Frame) {
         Layout::vertical([Constraint::Length(note_height), Constraint::Length(1)]).areas(footer);
     if let Some(note) = note {
         frame.render_widget(
-            Paragraph::new(note).wrap(ratatui::widgets::Wrap { trim: false }),
+            Paragraph::new(transcript::wrap(vec![note], area.width)),
             note_area,
         );
     }
@@ -74,16 +74,17 @@ fn too_small(app: &App, frame: &mut Frame, area: Rect) {
         );
         return;
     }
+    // How to leave comes first: on the smallest terminals nothing after it fits.
     let text = vec![
         Line::from(Span::styled(
-            "Terminal too small",
+            "Terminal too small: q quits",
             app.theme.style(Role::Title),
         )),
         Line::from(format!(
             "{}×{} here; Steward needs at least {MIN_WIDTH}×{MIN_HEIGHT}.",
             area.width, area.height
         )),
-        Line::from("Enlarge the window, or press q to quit (nothing else works until then)."),
+        Line::from("Enlarge the window (nothing else works until then)."),
     ];
     frame.render_widget(
         Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
@@ -220,6 +221,11 @@ fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
             "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"
         }
         (Screen::Chat, _) => "n new  Enter open  i inspector  Tab pane  ? help  q quit",
+    };
+    // A note in the read-only inspector says what is read-only itself.
+    let hints = match &app.status {
+        Some(_) => hints.trim_start_matches("read-only: actions run from `steward`  "),
+        None => hints,
     };
     let hints = Span::styled(format!(" {hints}"), t.style(Role::Muted));
     let Some(status) = &app.status else {

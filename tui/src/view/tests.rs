@@ -213,6 +213,9 @@ fn a_terminal_too_small_says_so() {
     let text = screen(&app, 40, 8);
     assert!(text.contains("Terminal too small"), "{text}");
     assert_snapshot!(text);
+    // The smallest still says how to leave.
+    let tiny = screen(&app, 20, 5);
+    assert!(tiny.contains("q quits"), "{tiny}");
 }
 
 #[test]
@@ -358,4 +361,67 @@ fn a_quarantined_sessions_open_call_reads_as_unknown_with_the_reason() {
         "{text}"
     );
     assert_snapshot!(text);
+}
+
+#[test]
+fn an_empty_tables_header_stands_where_it_does_over_rows() {
+    let full = inspector(Tab::Quarantine);
+    let mut empty = inspector(Tab::Quarantine);
+    empty.inspector.rows = crate::app::Rows::Quarantine(Vec::new());
+    let header = |app: &App| {
+        screen(app, 110, 24)
+            .lines()
+            .find(|l| l.contains("KIND"))
+            .map(|l| l.find("KIND").unwrap())
+            .unwrap()
+    };
+    assert_eq!(header(&empty), header(&full));
+}
+
+#[test]
+fn a_claims_bad_or_old_expiry_reads_whole() {
+    let mut app = inspector(Tab::Claims);
+    let crate::app::Rows::Claims(rows) = &mut app.inspector.rows else {
+        unreachable!()
+    };
+    rows[0].claim.expires_at = serde_json::json!(0);
+    rows[1].claim.expires_at = serde_json::json!(fixtures::NOW - 3 * 86_400_000);
+    let text = screen(&app, 110, 24);
+    assert!(!text.contains("at 1970"), "{text}");
+    assert!(text.contains("bad: 0"), "{text}");
+    assert!(text.contains("3 d ago"), "{text}");
+}
+
+#[test]
+fn the_detail_pane_says_times_readably() {
+    let app = inspector(Tab::Quarantine);
+    let text = screen(&app, 110, 24);
+    assert!(
+        text.contains("\"time_created\": 1796084527000  (00:22:07)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_note_in_the_read_only_inspector_is_not_repeated_by_the_hints() {
+    let mut app = inspector(Tab::Quarantine);
+    app.mode = Mode::ReadOnly;
+    app.owner_id = None;
+    app.status = Some("read-only: wake from `steward` (or `steward wake EXECUTION_ID`)".into());
+    let text = screen(&app, 110, 24);
+    let lines: Vec<&str> = text.lines().collect();
+    let footer = lines[lines.len() - 2..].join("\n");
+    assert_eq!(footer.matches("read-only").count(), 1, "{footer}");
+}
+
+#[test]
+fn a_long_note_wraps_whole_above_the_hints() {
+    let mut app = fixtures::chat();
+    let error = format!(
+        "the turn stopped: error: {} END",
+        "disk I/O error ".repeat(30)
+    );
+    app.status = Some(error);
+    let text = screen(&app, 80, 30);
+    assert!(text.contains("END"), "{text}");
 }

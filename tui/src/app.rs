@@ -317,6 +317,10 @@ pub struct Launch {
     pub wakes: Vec<(String, String, bool)>,
     /// Wakes waiting beyond those listed.
     pub more_wakes: usize,
+    /// Recovery wakes quarantined as the launch left them (the crash loop's parked
+    /// ones aside), as (execution, session, reason): read from the file after the
+    /// launch's redrive, as the session list reads them.
+    pub quarantined_wakes: Vec<(String, String, String)>,
     /// Whether recovered sessions continue on their own (`recovery.auto_continue`).
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.

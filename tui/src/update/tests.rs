@@ -412,6 +412,53 @@ fn the_launch_panel_lists_recoveries_quarantine_and_parked_wakes() {
 }
 
 #[test]
+fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
+    let mut launch = fixtures::launch();
+    launch.auto_continue = false;
+    // The launch's redrive quarantined the first recovery's wake, and an earlier
+    // recovery's wake is quarantined too: the Quarantine tab lists both.
+    launch.quarantined_wakes = vec![
+        (
+            fixtures::EXE_RECOVERED.to_string(),
+            fixtures::SESSION.to_string(),
+            "continuation inp_rec_x does not exist".to_string(),
+        ),
+        (
+            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02".to_string(),
+            "ses_5".to_string(),
+            "the wake was attempted 3 times without promoting the continuation".to_string(),
+        ),
+    ];
+    let lines = panel_lines(&launch);
+    let first = &lines[0];
+    assert_eq!((first.symbol, first.what.as_str()), ("⚠", "quarantined"));
+    assert!(
+        !first.detail.contains("continuation waits for you"),
+        "{}",
+        first.detail
+    );
+    assert!(
+        first
+            .detail
+            .contains("continuation inp_rec_x does not exist")
+    );
+    assert_eq!(first.target, Some(Tab::Quarantine));
+    let quarantined: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.what == "quarantined")
+        .map(|l| l.execution_id.as_str())
+        .collect();
+    assert_eq!(
+        quarantined,
+        vec![
+            fixtures::EXE_RECOVERED,
+            fixtures::EXE_QUARANTINED,
+            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02"
+        ]
+    );
+}
+
+#[test]
 fn paging_past_the_last_row_asks_for_the_next_page() {
     let mut app = fixtures::chat();
     app.screen = Screen::Inspector;

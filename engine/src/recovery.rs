@@ -596,10 +596,22 @@ fn recover_row(
             assistant,
         }) => {
             let stopped = stops.find(&claim.execution_id, assistant.as_deref());
+            // Its processes outlived an owner that is stopped or paused, not dead:
+            // what the tool error says (protocol §5.4).
+            let owner_alive = !stopped.is_empty() && owner_lives(tx, &p.owners, &row.owner_id)?;
             let mut read = crate::projection::Projection::default();
             read.session = Some(*session);
-            reconcile(tx, &claim, phase, assistant, read, stopped, now_ms)
-                .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
+            reconcile(
+                tx,
+                &claim,
+                phase,
+                assistant,
+                read,
+                stopped,
+                owner_alive,
+                now_ms,
+            )
+            .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
         }
     }
 }
@@ -704,6 +716,7 @@ fn reconcile(
     assistant: Option<Box<crate::projection::MessageRow>>,
     mut preloaded: crate::projection::Projection,
     stopped: Vec<StoppedProcess>,
+    owner_alive: bool,
     now_ms: i64,
 ) -> Result<(Recovered, Vec<EventRecord>)> {
     let execution_id = claim.execution_id.clone();
@@ -722,6 +735,7 @@ fn reconcile(
                 assistant_message_id: assistant_id.clone(),
                 phase,
                 stopped_tools: stopped.iter().map(|s| s.call_id.clone()).collect(),
+                owner_alive,
             },
             Event::InputAdmitted {
                 input_id: continuation.clone(),

@@ -470,6 +470,10 @@ pub struct App {
     pub last_typed_ms: u64,
     /// A prompt was sent to a session still being created.
     pub creating: bool,
+    /// The last time a turn here lost its claim to another process (this one was
+    /// stopped or paused past its lease), as (session, ms since the epoch): the
+    /// header keeps saying so.
+    pub lease_lost: Option<(String, i64)>,
 }
 
 impl App {
@@ -514,6 +518,7 @@ impl App {
             hidden: Cell::new(Hidden::default()),
             last_typed_ms: 0,
             creating: false,
+            lease_lost: None,
         }
     }
 

@@ -355,7 +355,15 @@ fn on_turn_ended(app: &mut App, session_id: &str, outcome: &SessionOutcome) {
         return;
     }
     let text = outcome.to_string();
-    if current {
+    if matches!(outcome, SessionOutcome::Ran(Outcome::Lost)) {
+        // Whichever session it was: another process runs it now, and what this
+        // one did not finish is recovered there.
+        app.lease_lost = Some((session_id.to_string(), app.now_ms));
+        app.status = Some(format!(
+            "lease lost: the turn of {} {text}",
+            crate::view::short_id(session_id)
+        ));
+    } else if current {
         app.status = Some(format!("the turn stopped: {text}"));
     }
     app.failures.insert(

@@ -150,6 +150,16 @@ fn header_line(app: &App) -> Line<'static> {
     if app.mode == Mode::Chat {
         let (text, role) = lease_health(app);
         spans.push(Span::styled(format!(" {text} "), t.style(role)));
+        if let Some((session, at_ms)) = &app.lease_lost {
+            spans.push(Span::styled(
+                format!(
+                    " lease lost {} ({}) ",
+                    clock_time(app, *at_ms),
+                    short_id(session)
+                ),
+                t.style(Role::Error),
+            ));
+        }
     }
     if let Some(last) = &app.last_recovery {
         let n = last.executions;

@@ -365,6 +365,37 @@ fn a_confirmed_action_goes_to_the_engine_with_its_execution() {
 }
 
 #[test]
+fn a_turn_that_lost_its_lease_says_so_whichever_session_is_open() {
+    let mut app = fixtures::chat();
+    app.running.insert("ses_2".into());
+    update(
+        &mut app,
+        Msg::Engine(EngineEvent::Idle {
+            session_id: "ses_2".into(),
+            outcome: SessionOutcome::Ran(Outcome::Lost),
+        }),
+    );
+    assert_eq!(app.lease_lost, Some(("ses_2".to_string(), app.now_ms)));
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.starts_with("lease lost: the turn of ses_2"),
+        "{status}"
+    );
+    // A key clears the note; the header keeps saying it.
+    update(&mut app, code(KeyCode::Char('j')));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("lease lost"), "{header}");
+}
+
+#[test]
 fn an_idle_session_leaves_the_running_set_and_reloads() {
     let mut app = fixtures::chat();
     app.running.insert(SESSION.into());

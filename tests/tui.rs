@@ -418,3 +418,63 @@ fn r4_19_a_commands_output_shows_while_it_runs() {
             .is_some_and(|s| s.success())
     );
 }
+
+/// The terminal interface stopped (SIGSTOP) past its lease while a command runs:
+/// another process takes the claim over and stops the command. Its tool error says
+/// the owner was alive, not dead (protocol §5.4, `owner_alive`), and once resumed the
+/// stopped interface says it lost its lease. Real lease timing is the subject here.
+#[test]
+fn r5_4_a_stopped_interface_taken_over_says_it_lost_its_lease_and_was_not_dead() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    let config = write_script(
+        &env,
+        "config.toml",
+        "[lease]\nlease_ms = 1500\nheartbeat_ms = 300\n[tools]\nallow = [\"run_command\"]\n",
+    );
+    let tui = Tui::start(
+        &env,
+        Path::new(&work),
+        &["--config", &config, "--script", &script],
+    );
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.keys("look around\r");
+    assert!(
+        eventually(Duration::from_secs(20), || events_of(&env)
+            .contains(&"tool.started".to_string())),
+        "{}",
+        tui.text()
+    );
+    signal(tui.child.id(), "STOP");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let taker = env
+        .cmd()
+        .args(["--config", &config, "--script", &script])
+        .args(["recover", "--json", "--no-wake"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&taker.stdout).unwrap_or_default();
+    assert_eq!(
+        report["recovered"].as_array().map(Vec::len),
+        Some(1),
+        "{report} {}",
+        String::from_utf8_lossy(&taker.stderr)
+    );
+    let error: String = {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = rusqlite::Connection::open_with_flags(env.db(), flags).unwrap();
+        conn.query_row(
+            "SELECT data FROM session_message WHERE type = 'assistant' ORDER BY seq LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(
+        error.contains("alive but not responding") && !error.contains("owner died"),
+        "{error}"
+    );
+    signal(tui.child.id(), "CONT");
+    tui.expect("lease lost", Duration::from_secs(10));
+}

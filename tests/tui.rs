@@ -478,3 +478,42 @@ fn r5_4_a_stopped_interface_taken_over_says_it_lost_its_lease_and_was_not_dead()
     signal(tui.child.id(), "CONT");
     tui.expect("lease lost", Duration::from_secs(10));
 }
+
+/// Esc in a session another process runs cannot cancel it here: it says which
+/// process runs it, so that the user can stop it there.
+#[test]
+fn esc_in_a_session_another_process_runs_names_that_process() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    let mut other = env
+        .cmd()
+        .args([
+            "--script",
+            &script,
+            "run",
+            "--yes",
+            "--dir",
+            &work,
+            "look around",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || events_of(&env)
+        .contains(&"tool.started".to_string())));
+    let tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("running", Duration::from_secs(10));
+    // To the session list, open the session (the prompt takes the focus), Esc.
+    tui.keys("\t");
+    tui.keys("\r");
+    tui.expect("assistant (scripted", Duration::from_secs(10));
+    tui.keys("\x1b");
+    tui.expect(
+        &format!("another Steward process (pid {}", other.id()),
+        Duration::from_secs(10),
+    );
+    signal(other.id(), "KILL");
+    other.wait().unwrap();
+}

@@ -275,6 +275,8 @@ pub struct Transcript {
     pub pending: Vec<InputRow>,
     /// Its quarantined rows, as (execution id, reason).
     pub quarantined: Vec<(String, String)>,
+    /// The owner holding its claim and that owner's pid, while one does.
+    pub holder: Option<(String, i64)>,
     /// Older messages exist before the first one loaded.
     pub has_older: bool,
     /// How many messages (from the newest) are loaded.
@@ -642,6 +644,8 @@ pub struct LoadedTranscript {
     pub pending: Vec<InputRow>,
     /// Its quarantined rows, as (execution id, reason).
     pub quarantined: Vec<(String, String)>,
+    /// The owner holding its claim and that owner's pid, while one does.
+    pub holder: Option<(String, i64)>,
     pub has_older: bool,
 }
 

@@ -188,9 +188,16 @@ fn transcript(
     } else {
         Vec::new()
     };
+    // Who runs it, when another process may: what Esc here says.
+    let holder = if state == Some(steward_engine::inspect::SessionState::Running) {
+        reader.session_holder(session_id)?
+    } else {
+        None
+    };
     Ok(Some(LoadedTranscript {
         state,
         quarantined,
+        holder,
         pending: reader.pending_inputs(session_id)?,
         extent: extent.clone(),
         session,

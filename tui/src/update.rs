@@ -441,6 +441,7 @@ fn apply_rest(
         app.transcript.unreadable = t.unreadable;
         app.transcript.pending = t.pending;
         app.transcript.quarantined = t.quarantined;
+        app.transcript.holder = t.holder;
         app.transcript.has_older = t.has_older;
         app.transcript.state = t.state;
         app.transcript.session = Some(t.session);

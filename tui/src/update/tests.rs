@@ -704,3 +704,18 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
     );
     assert_eq!(app.sessions.rows[app.sessions.selected].id, "ses_new");
 }
+
+#[test]
+fn esc_in_a_session_another_process_runs_says_where_to_stop_it() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Prompt;
+    app.transcript.state = Some(steward_engine::inspect::SessionState::Running);
+    app.transcript.holder = Some((fixtures::OWNER_DEAD.to_string(), 4242));
+    let effects = update(&mut app, code(KeyCode::Esc));
+    assert_eq!(effects, Vec::new());
+    let status = app.status.clone().unwrap_or_default();
+    assert!(
+        status.contains("another Steward process (pid 4242"),
+        "{status:?}"
+    );
+}

@@ -323,6 +323,9 @@ pub struct Launch {
     /// ones aside), as (execution, session, reason): read from the file after the
     /// launch's redrive, as the session list reads them.
     pub quarantined_wakes: Vec<(String, String, String)>,
+    /// Sessions the launch woke: the continuations of turns interrupted earlier (by a
+    /// crash, or left running at the last quit) that start now.
+    pub continued: Vec<String>,
     /// Whether recovered sessions continue on their own (`recovery.auto_continue`).
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.

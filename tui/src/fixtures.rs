@@ -381,6 +381,7 @@ pub fn launch() -> Launch {
         wakes: Vec::new(),
         more_wakes: 0,
         quarantined_wakes: Vec::new(),
+        continued: Vec::new(),
         auto_continue: true,
         titles: [
             (SESSION.to_string(), "fix the flaky test".to_string()),

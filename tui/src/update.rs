@@ -98,6 +98,15 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Permission { id, request } => {
+            // A question of a session that is not open (a continuation started at
+            // launch) opens it when no session is open, so that its transcript
+            // stands behind the question; one that is open stays open.
+            let effects = match app.current_session() {
+                None if app.mode == Mode::Chat && app.prompt.is_empty() => {
+                    navigate::open_session(app, &request.session_id)
+                }
+                _ => Vec::new(),
+            };
             // Shown under the questions already open, so a question never replaces
             // the one being read; it comes up when that one is answered.
             let at = app
@@ -113,7 +122,7 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
                     scroll: 0,
                 },
             );
-            Vec::new()
+            effects
         }
         Msg::Done(result) => {
             app.status = Some(match result {

@@ -176,6 +176,17 @@ fn header_line(app: &App) -> Line<'static> {
             " recovery did not finish at launch: retrying ".to_string(),
             t.style(Role::Error),
         ));
+    } else if !app.launch.continued.is_empty() {
+        // Nothing was left to reconcile, but turns interrupted before (left running
+        // at the last quit, say) continue now.
+        let n = app.launch.continued.len();
+        spans.push(Span::styled(
+            format!(
+                " nothing to recover · {n} interrupted turn{} continuing ",
+                if n == 1 { "" } else { "s" }
+            ),
+            t.style(Role::Recovered),
+        ));
     } else if app.launch.report.is_some() {
         spans.push(Span::styled(
             " nothing to recover at launch ".to_string(),

@@ -33,9 +33,13 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     Ok(report) => (Some(report), None),
                     Err(e) => (None, Some(e.to_string())),
                 };
-                if let Err(e) = engine.redrive_wakes().await {
-                    error.get_or_insert(e.to_string());
-                }
+                let continued = match engine.redrive_wakes().await {
+                    Ok(redrive) => redrive.sessions,
+                    Err(e) => {
+                        error.get_or_insert(e.to_string());
+                        Vec::new()
+                    }
+                };
                 if let Some(error) = &error {
                     tracing::error!(%error, "the launch recovery did not finish");
                 }
@@ -60,6 +64,7 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     wakes,
                     more_wakes,
                     quarantined_wakes,
+                    continued,
                     auto_continue,
                     titles,
                 };

@@ -719,3 +719,55 @@ fn esc_in_a_session_another_process_runs_says_where_to_stop_it() {
         "{status:?}"
     );
 }
+
+#[test]
+fn a_question_of_a_continuation_opens_its_session_when_none_is_open() {
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    let effects = update(
+        &mut app,
+        Msg::Permission {
+            id: 3,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(app.current_session(), Some(SESSION));
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(_)]),
+        "{effects:?}"
+    );
+    assert!(matches!(
+        app.overlay.last(),
+        Some(Overlay::Permission { id: 3, .. })
+    ));
+    // A session the user has open stays open.
+    let mut other = fixtures::chat();
+    let mut request = fixtures::permission();
+    request.session_id = "ses_2".into();
+    update(&mut other, Msg::Permission { id: 4, request });
+    assert_eq!(other.current_session(), Some(SESSION));
+    assert!(other.waits_for_permission("ses_2"));
+}
+
+#[test]
+fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() {
+    let mut app = fixtures::chat();
+    app.last_recovery = None;
+    let launch = Launch {
+        report: Some(Default::default()),
+        continued: vec!["ses_2".into()],
+        ..Launch::default()
+    };
+    update(&mut app, Msg::Launched(launch));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("1 interrupted turn continuing"), "{header}");
+    assert!(!header.contains("nothing to recover at launch"), "{header}");
+}

@@ -517,3 +517,56 @@ fn esc_in_a_session_another_process_runs_names_that_process() {
     signal(other.id(), "KILL");
     other.wait().unwrap();
 }
+
+const LEFT_RUNNING: &str = r#"
+[[step]]
+text = ["Starting."]
+tool_calls = [{ tool = "run_command", input = { command = "sleep 300" } }]
+[[step]]
+text = ["Writing it down."]
+tool_calls = [{ tool = "write_file", input = { path = "note.txt", content = "checked" } }]
+[[step]]
+text = ["Done."]
+"#;
+
+/// Quitting with "leave it" while a command runs, then relaunching: the header says
+/// the interrupted turn continues (not just "nothing to recover"), and the
+/// continuation's permission question opens its session behind the question.
+#[test]
+fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "left.toml", LEFT_RUNNING);
+    let config = write_script(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
+    let args = ["--config", config.as_str(), "--script", script.as_str()];
+    let mut tui = Tui::start(&env, Path::new(&work), &args);
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.keys("look around\r");
+    assert!(
+        eventually(Duration::from_secs(20), || events_of(&env)
+            .contains(&"tool.started".to_string())),
+        "{}",
+        tui.text()
+    );
+    tui.keys("\t");
+    tui.keys("q");
+    tui.expect("Quit?", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    tui.keys("y");
+    assert!(
+        tui.wait(Duration::from_secs(15)).is_some(),
+        "{}",
+        tui.text()
+    );
+    drop(tui);
+    let relaunched = Tui::start(&env, Path::new(&work), &args);
+    relaunched.expect("1 interrupted turn continuing", Duration::from_secs(10));
+    relaunched.expect("wants to run write_file", Duration::from_secs(20));
+    // Its session is open behind the question.
+    relaunched.expect("look around ·", Duration::from_secs(10));
+    assert!(
+        !relaunched.text().contains("No session open"),
+        "{}",
+        relaunched.text()
+    );
+}

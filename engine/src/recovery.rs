@@ -601,17 +601,12 @@ fn recover_row(
             let owner_alive = !stopped.is_empty() && owner_lives(tx, &p.owners, &row.owner_id)?;
             let mut read = crate::projection::Projection::default();
             read.session = Some(*session);
-            reconcile(
-                tx,
-                &claim,
-                phase,
-                assistant,
-                read,
+            let leftovers = Leftovers {
                 stopped,
                 owner_alive,
-                now_ms,
-            )
-            .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
+            };
+            reconcile(tx, &claim, phase, assistant, read, leftovers, now_ms)
+                .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
         }
     }
 }
@@ -708,6 +703,13 @@ fn decode(
     }))
 }
 
+/// The tool processes recovery stops for an execution, and whether their owner was
+/// provably alive (stopped or paused past its lease) rather than dead.
+struct Leftovers {
+    stopped: Vec<StoppedProcess>,
+    owner_alive: bool,
+}
+
 /// The one-transaction reconciliation of protocol §5.3 step 5.
 fn reconcile(
     tx: &Transaction<'_>,
@@ -715,10 +717,13 @@ fn reconcile(
     phase: Phase,
     assistant: Option<Box<crate::projection::MessageRow>>,
     mut preloaded: crate::projection::Projection,
-    stopped: Vec<StoppedProcess>,
-    owner_alive: bool,
+    leftovers: Leftovers,
     now_ms: i64,
 ) -> Result<(Recovered, Vec<EventRecord>)> {
+    let Leftovers {
+        stopped,
+        owner_alive,
+    } = leftovers;
     let execution_id = claim.execution_id.clone();
     let continuation = ids::continuation_input(&execution_id);
     let parked =

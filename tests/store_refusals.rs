@@ -34,7 +34,7 @@ fn assert_refused(env: &Env, expected_code: i32, message: &str) {
 
 /// A real Steward database, closed cleanly (no WAL left).
 fn steward_db(env: &Env) {
-    let output = env.run(&["doctor"]);
+    let output = env.run(&["sessions"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     std::fs::remove_dir_all(env.data.join("logs")).unwrap();
 }
@@ -188,7 +188,7 @@ fn a_data_directory_that_cannot_be_created_fails_with_exit_1() {
     chmod(env.root.path(), 0o555);
     chmod(&env.home, 0o777);
     let mut cmd = env.cmd();
-    cmd.arg("doctor");
+    cmd.arg("sessions");
     unprivileged(&mut cmd);
     let output = cmd.output().unwrap();
     assert_eq!(code(&output), 1, "{}", stderr(&output));
@@ -204,6 +204,8 @@ fn a_data_directory_that_cannot_be_created_fails_with_exit_1() {
 #[test]
 fn r2_1_a_fresh_data_dir_gets_a_migrated_database() {
     let env = Env::new();
+    let output = env.run(&["sessions"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
     let output = env.run(&["doctor", "--json"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
@@ -232,7 +234,7 @@ fn r2_2_an_abort_while_creating_leaves_no_half_made_database() {
     let env = Env::new();
     let output = env
         .cmd()
-        .arg("doctor")
+        .arg("sessions")
         .env("FAILPOINTS", "migrate.after_apply=return")
         .output()
         .unwrap();
@@ -246,7 +248,7 @@ fn r2_2_an_abort_while_creating_leaves_no_half_made_database() {
         !env.db().exists(),
         "a half-created database was left in place"
     );
-    let output = env.run(&["doctor"]);
+    let output = env.run(&["sessions"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let leftovers: Vec<String> = std::fs::read_dir(&env.data)
         .unwrap()

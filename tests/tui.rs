@@ -530,7 +530,7 @@ text = ["Done."]
 "#;
 
 /// Quitting with "leave it" while a command runs, then relaunching: the header says
-/// the interrupted turn continues (not just "nothing to recover"), and the
+/// its session continues (not just "nothing to recover"), and the
 /// continuation's permission question opens its session behind the question.
 #[test]
 fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session() {
@@ -560,7 +560,7 @@ fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session(
     );
     drop(tui);
     let relaunched = Tui::start(&env, Path::new(&work), &args);
-    relaunched.expect("1 interrupted turn continuing", Duration::from_secs(10));
+    relaunched.expect("1 session continuing", Duration::from_secs(10));
     relaunched.expect("wants to run write_file", Duration::from_secs(20));
     // Its session is open behind the question.
     relaunched.expect("look around ·", Duration::from_secs(10));

@@ -177,12 +177,12 @@ fn header_line(app: &App) -> Line<'static> {
             t.style(Role::Error),
         ));
     } else if !app.launch.continued.is_empty() {
-        // Nothing was left to reconcile, but turns interrupted before (left running
-        // at the last quit, say) continue now.
+        // Nothing was left to reconcile, but sessions whose wakes waited (a turn
+        // left running at the last quit, say) continue now.
         let n = app.launch.continued.len();
         spans.push(Span::styled(
             format!(
-                " nothing to recover · {n} interrupted turn{} continuing ",
+                " nothing to recover · {n} session{} continuing ",
                 if n == 1 { "" } else { "s" }
             ),
             t.style(Role::Recovered),

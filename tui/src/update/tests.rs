@@ -768,6 +768,6 @@ fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() 
         .next()
         .unwrap()
         .into();
-    assert!(header.contains("1 interrupted turn continuing"), "{header}");
+    assert!(header.contains("1 session continuing"), "{header}");
     assert!(!header.contains("nothing to recover at launch"), "{header}");
 }

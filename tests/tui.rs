@@ -570,3 +570,31 @@ fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session(
         relaunched.text()
     );
 }
+
+/// A recovery wake the launch's redrive quarantines is in the after-crash panel,
+/// as quarantined with its reason, as in the Quarantine tab and the session list.
+#[test]
+fn a_wake_quarantined_at_launch_is_in_the_after_crash_panel() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let recovered = env.run(&["--script", &script, "recover", "--no-wake"]);
+    assert!(recovered.status.success());
+    {
+        // A wake pending while its continuation reads as promoted: the two
+        // disagree, and the wake must not run (protocol §5.7).
+        let conn = rusqlite::Connection::open(env.db()).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE session_input SET promoted_seq = 1 WHERE id LIKE 'inp_rec_%'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    let tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("Recovered at launch", Duration::from_secs(10));
+    tui.expect("quarantined", Duration::from_secs(2));
+    tui.expect("was already promoted", Duration::from_secs(2));
+}

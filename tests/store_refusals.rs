@@ -34,7 +34,7 @@ fn assert_refused(env: &Env, expected_code: i32, message: &str) {
 
 /// A real Steward database, closed cleanly (no WAL left).
 fn steward_db(env: &Env) {
-    let output = env.run(&["doctor"]);
+    let output = env.run(&["sessions"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     std::fs::remove_dir_all(env.data.join("logs")).unwrap();
 }
@@ -188,7 +188,7 @@ fn a_data_directory_that_cannot_be_created_fails_with_exit_1() {
     chmod(env.root.path(), 0o555);
     chmod(&env.home, 0o777);
     let mut cmd = env.cmd();
-    cmd.arg("doctor");
+    cmd.arg("sessions");
     unprivileged(&mut cmd);
     let output = cmd.output().unwrap();
     assert_eq!(code(&output), 1, "{}", stderr(&output));
@@ -204,6 +204,8 @@ fn a_data_directory_that_cannot_be_created_fails_with_exit_1() {
 #[test]
 fn r2_1_a_fresh_data_dir_gets_a_migrated_database() {
     let env = Env::new();
+    let output = env.run(&["sessions"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
     let output = env.run(&["doctor", "--json"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
@@ -232,7 +234,7 @@ fn r2_2_an_abort_while_creating_leaves_no_half_made_database() {
     let env = Env::new();
     let output = env
         .cmd()
-        .arg("doctor")
+        .arg("sessions")
         .env("FAILPOINTS", "migrate.after_apply=return")
         .output()
         .unwrap();
@@ -246,7 +248,7 @@ fn r2_2_an_abort_while_creating_leaves_no_half_made_database() {
         !env.db().exists(),
         "a half-created database was left in place"
     );
-    let output = env.run(&["doctor"]);
+    let output = env.run(&["sessions"]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     let leftovers: Vec<String> = std::fs::read_dir(&env.data)
         .unwrap()
@@ -533,4 +535,49 @@ fn r2_3_a_page_damaged_after_a_kill_fails_the_command_that_reads_it_and_doctor_e
     assert_eq!(code(&doctor), 3, "{}", stderr(&doctor));
     let report: serde_json::Value = serde_json::from_str(&stdout(&doctor)).unwrap();
     assert_eq!(report["failed"], "integrity", "{report}");
+}
+
+/// A config file named by `--config` or `STEWARD_CONFIG` must exist (a typo must not
+/// silently run with defaults); the default location missing means defaults.
+#[test]
+fn a_named_config_file_must_exist_and_the_default_one_may_be_missing() {
+    let env = Env::new();
+    let missing = env.root.path().join("nope.toml");
+    let output = env
+        .cmd()
+        .env("STEWARD_CONFIG", &missing)
+        .arg("sessions")
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(stderr(&output).contains("nope.toml"), "{}", stderr(&output));
+    assert!(!env.data.exists(), "a missing config touched the data dir");
+    // No config named, none at ~/.config/steward/config.toml (HOME is private).
+    assert!(!env.home.join(".config/steward/config.toml").exists());
+    let output = env.run(&["sessions"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let help = stdout(&env.run(&["--help"]));
+    assert!(
+        help.contains("A file named here must exist")
+            && help.contains("its absence means defaults"),
+        "{help}"
+    );
+}
+
+/// `steward doctor` only reads: on a data directory that does not exist it says there
+/// is nothing to check (exit 1) and creates neither the directory nor a database.
+#[test]
+fn doctor_on_a_missing_data_directory_creates_nothing() {
+    let env = Env::new();
+    let output = env.run(&["doctor"]);
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("nothing to check"), "{out}");
+    assert!(out.contains(&env.db().display().to_string()), "{out}");
+    assert!(!env.data.exists(), "doctor created {}", env.data.display());
+    let output = env.run(&["doctor", "--json"]);
+    assert_eq!(code(&output), 1);
+    let json: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(json["ok"], false);
+    assert!(!env.data.exists());
 }

@@ -418,3 +418,183 @@ fn r4_19_a_commands_output_shows_while_it_runs() {
             .is_some_and(|s| s.success())
     );
 }
+
+/// The terminal interface stopped (SIGSTOP) past its lease while a command runs:
+/// another process takes the claim over and stops the command. Its tool error says
+/// the owner was alive, not dead (protocol §5.4, `owner_alive`), and once resumed the
+/// stopped interface says it lost its lease. Real lease timing is the subject here.
+#[test]
+fn r5_4_a_stopped_interface_taken_over_says_it_lost_its_lease_and_was_not_dead() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    let config = write_script(
+        &env,
+        "config.toml",
+        "[lease]\nlease_ms = 1500\nheartbeat_ms = 300\n[tools]\nallow = [\"run_command\"]\n",
+    );
+    let tui = Tui::start(
+        &env,
+        Path::new(&work),
+        &["--config", &config, "--script", &script],
+    );
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.keys("look around\r");
+    assert!(
+        eventually(Duration::from_secs(20), || events_of(&env)
+            .contains(&"tool.started".to_string())),
+        "{}",
+        tui.text()
+    );
+    signal(tui.child.id(), "STOP");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let taker = env
+        .cmd()
+        .args(["--config", &config, "--script", &script])
+        .args(["recover", "--json", "--no-wake"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&taker.stdout).unwrap_or_default();
+    assert_eq!(
+        report["recovered"].as_array().map(Vec::len),
+        Some(1),
+        "{report} {}",
+        String::from_utf8_lossy(&taker.stderr)
+    );
+    let error: String = {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = rusqlite::Connection::open_with_flags(env.db(), flags).unwrap();
+        conn.query_row(
+            "SELECT data FROM session_message WHERE type = 'assistant' ORDER BY seq LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(
+        error.contains("alive but not responding") && !error.contains("owner died"),
+        "{error}"
+    );
+    signal(tui.child.id(), "CONT");
+    tui.expect("lease lost", Duration::from_secs(10));
+}
+
+/// Esc in a session another process runs cannot cancel it here: it says which
+/// process runs it, so that the user can stop it there.
+#[test]
+fn esc_in_a_session_another_process_runs_names_that_process() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    let mut other = env
+        .cmd()
+        .args([
+            "--script",
+            &script,
+            "run",
+            "--yes",
+            "--dir",
+            &work,
+            "look around",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || events_of(&env)
+        .contains(&"tool.started".to_string())));
+    let tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("running", Duration::from_secs(10));
+    // To the session list, open the session (the prompt takes the focus), Esc.
+    tui.keys("\t");
+    tui.keys("\r");
+    tui.expect("assistant (scripted", Duration::from_secs(10));
+    tui.keys("\x1b");
+    tui.expect(
+        &format!("another Steward process (pid {}", other.id()),
+        Duration::from_secs(10),
+    );
+    signal(other.id(), "KILL");
+    other.wait().unwrap();
+}
+
+const LEFT_RUNNING: &str = r#"
+[[step]]
+text = ["Starting."]
+tool_calls = [{ tool = "run_command", input = { command = "sleep 300" } }]
+[[step]]
+text = ["Writing it down."]
+tool_calls = [{ tool = "write_file", input = { path = "note.txt", content = "checked" } }]
+[[step]]
+text = ["Done."]
+"#;
+
+/// Quitting with "leave it" while a command runs, then relaunching: the header says
+/// its session continues (not just "nothing to recover"), and the
+/// continuation's permission question opens its session behind the question.
+#[test]
+fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "left.toml", LEFT_RUNNING);
+    let config = write_script(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
+    let args = ["--config", config.as_str(), "--script", script.as_str()];
+    let mut tui = Tui::start(&env, Path::new(&work), &args);
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.keys("look around\r");
+    assert!(
+        eventually(Duration::from_secs(20), || events_of(&env)
+            .contains(&"tool.started".to_string())),
+        "{}",
+        tui.text()
+    );
+    tui.keys("\t");
+    tui.keys("q");
+    tui.expect("Quit?", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    tui.keys("y");
+    assert!(
+        tui.wait(Duration::from_secs(15)).is_some(),
+        "{}",
+        tui.text()
+    );
+    drop(tui);
+    let relaunched = Tui::start(&env, Path::new(&work), &args);
+    relaunched.expect("1 session continuing", Duration::from_secs(10));
+    relaunched.expect("wants to run write_file", Duration::from_secs(20));
+    // Its session is open behind the question.
+    relaunched.expect("look around ·", Duration::from_secs(10));
+    assert!(
+        !relaunched.text().contains("No session open"),
+        "{}",
+        relaunched.text()
+    );
+}
+
+/// A recovery wake the launch's redrive quarantines is in the after-crash panel,
+/// as quarantined with its reason, as in the Quarantine tab and the session list.
+#[test]
+fn a_wake_quarantined_at_launch_is_in_the_after_crash_panel() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let recovered = env.run(&["--script", &script, "recover", "--no-wake"]);
+    assert!(recovered.status.success());
+    {
+        // A wake pending while its continuation reads as promoted: the two
+        // disagree, and the wake must not run (protocol §5.7).
+        let conn = rusqlite::Connection::open(env.db()).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE session_input SET promoted_seq = 1 WHERE id LIKE 'inp_rec_%'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    let tui = Tui::start(&env, Path::new(&work), &["--script", &script]);
+    tui.expect("Recovered at launch", Duration::from_secs(10));
+    tui.expect("quarantined", Duration::from_secs(2));
+    tui.expect("was already promoted", Duration::from_secs(2));
+}

@@ -45,7 +45,8 @@ struct Cli {
     /// Where the database, owner locks and (with this flag) logs live.
     #[arg(long, env = "STEWARD_DATA_DIR", value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
-    /// The TOML config file (default: <config dir>/config.toml; missing = defaults).
+    /// The TOML config file (also `STEWARD_CONFIG`). A file named here must exist; when
+    /// none is named, <config dir>/config.toml is read, and its absence means defaults.
     #[arg(long, env = "STEWARD_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
     /// The provider: `scripted` (built in, offline), `openai`, `anthropic` or
@@ -184,6 +185,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(Command::Inspect { json }) = cli.command {
         // Never writes: no database is created, no log file either.
         return commands::inspect::run(&paths, &clock, json, cli.mouse);
+    }
+    if let Some(Command::Doctor { json }) = cli.command
+        && !paths.database.exists()
+    {
+        // Nothing to check, and nothing created: the doctor only reads.
+        return commands::doctor::no_database(&paths, json);
     }
     let store = match open_store(&paths, clock.as_ref()) {
         Err(error) if matches!(cli.command, Some(Command::Doctor { .. })) => {

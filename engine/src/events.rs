@@ -187,7 +187,9 @@ pub enum Event {
     },
 
     /// Recovery reconciled an interrupted execution (protocol §5.3, §5.4).
-    /// `stopped_tools` lists the calls whose leftover processes recovery stopped.
+    /// `stopped_tools` lists the calls whose leftover processes recovery stopped;
+    /// `owner_alive` says their owner was provably alive (stopped or paused past its
+    /// lease) rather than dead.
     #[serde(rename = "step.recovered")]
     StepRecovered {
         execution_id: String,
@@ -196,6 +198,8 @@ pub enum Event {
         phase: Phase,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         stopped_tools: Vec<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        owner_alive: bool,
     },
 
     #[serde(rename = "compaction.started")]

@@ -210,6 +210,7 @@ fn close_open_tools(tx: &Transaction<'_>, row: &ClaimRow, now_ms: i64) -> Result
                 assistant_message_id: Some(id.clone()),
                 phase: Phase::Ready,
                 stopped_tools: stopped.into_iter().map(|s| s.call_id).collect(),
+                owner_alive: false,
             },
         )?;
         stops.kill_before_commit(tx)?;

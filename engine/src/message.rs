@@ -15,6 +15,9 @@ pub const TOOL_OUTCOME_UNKNOWN: &str = "Tool execution outcome unknown after ser
 /// still running and stopped them.
 pub const TOOL_PROCESS_STOPPED: &str =
     "its processes were still running after the owner died and recovery stopped them";
+/// Appended instead of [`TOOL_PROCESS_STOPPED`] when the owner was provably alive
+/// when its claim was taken over (stopped or paused, past its lease): it did not die.
+pub const TOOL_PROCESS_STOPPED_OWNER_ALIVE: &str = "its processes were still running after its owner, alive but not responding, let its lease run out, and recovery stopped them";
 /// Error a user cancellation writes on the assistant (protocol §4.8).
 pub const EXECUTION_INTERRUPTED: &str = "Session execution interrupted";
 /// Error a user cancellation writes on a pending or running tool (protocol §4.8).

@@ -16,7 +16,7 @@ use crate::message::{
     AssistantData, CONTINUATION_LABEL, EXECUTION_INTERRUPTED, EXECUTION_INTERRUPTED_BY_RESTART,
     Finish, McpCall, MessageData, MessageError, MessageTime, PROVIDER_OUTCOME_UNKNOWN, Part,
     SyntheticData, SyntheticKind, TOOL_INTERRUPTED, TOOL_OUTCOME_UNKNOWN, TOOL_PROCESS_STOPPED,
-    ToolPart, ToolState, ToolStatus, ToolTime, UserData,
+    TOOL_PROCESS_STOPPED_OWNER_ALIVE, ToolPart, ToolState, ToolStatus, ToolTime, UserData,
 };
 use crate::phase::Phase;
 
@@ -382,11 +382,13 @@ impl Fold<'_> {
                 assistant_message_id,
                 phase,
                 stopped_tools,
+                owner_alive,
             } => self.recover(
                 execution_id,
                 assistant_message_id.as_deref(),
                 *phase,
                 stopped_tools,
+                *owner_alive,
             ),
             Event::CompactionEnded {
                 message_id,
@@ -528,6 +530,7 @@ impl Fold<'_> {
         assistant_message_id: Option<&str>,
         phase: Phase,
         stopped_tools: &[String],
+        owner_alive: bool,
     ) -> FoldResult {
         let text = match phase {
             Phase::Unknown => PROVIDER_OUTCOME_UNKNOWN,
@@ -581,7 +584,12 @@ impl Fold<'_> {
                 }
                 s.status = ToolStatus::Error;
                 s.error = Some(if stopped_tools.contains(&t.call_id) {
-                    format!("{TOOL_OUTCOME_UNKNOWN}; {TOOL_PROCESS_STOPPED}")
+                    let how = if owner_alive {
+                        TOOL_PROCESS_STOPPED_OWNER_ALIVE
+                    } else {
+                        TOOL_PROCESS_STOPPED
+                    };
+                    format!("{TOOL_OUTCOME_UNKNOWN}; {how}")
                 } else {
                     TOOL_OUTCOME_UNKNOWN.into()
                 });

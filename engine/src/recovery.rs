@@ -596,9 +596,16 @@ fn recover_row(
             assistant,
         }) => {
             let stopped = stops.find(&claim.execution_id, assistant.as_deref());
+            // Its processes outlived an owner that is stopped or paused, not dead:
+            // what the tool error says (protocol §5.4).
+            let owner_alive = !stopped.is_empty() && owner_lives(tx, &p.owners, &row.owner_id)?;
             let mut read = crate::projection::Projection::default();
             read.session = Some(*session);
-            reconcile(tx, &claim, phase, assistant, read, stopped, now_ms)
+            let leftovers = Leftovers {
+                stopped,
+                owner_alive,
+            };
+            reconcile(tx, &claim, phase, assistant, read, leftovers, now_ms)
                 .map(|(recovered, events)| RowOutcome::Recovered(recovered, events))
         }
     }
@@ -696,6 +703,13 @@ fn decode(
     }))
 }
 
+/// The tool processes recovery stops for an execution, and whether their owner was
+/// provably alive (stopped or paused past its lease) rather than dead.
+struct Leftovers {
+    stopped: Vec<StoppedProcess>,
+    owner_alive: bool,
+}
+
 /// The one-transaction reconciliation of protocol §5.3 step 5.
 fn reconcile(
     tx: &Transaction<'_>,
@@ -703,9 +717,13 @@ fn reconcile(
     phase: Phase,
     assistant: Option<Box<crate::projection::MessageRow>>,
     mut preloaded: crate::projection::Projection,
-    stopped: Vec<StoppedProcess>,
+    leftovers: Leftovers,
     now_ms: i64,
 ) -> Result<(Recovered, Vec<EventRecord>)> {
+    let Leftovers {
+        stopped,
+        owner_alive,
+    } = leftovers;
     let execution_id = claim.execution_id.clone();
     let continuation = ids::continuation_input(&execution_id);
     let parked =
@@ -722,6 +740,7 @@ fn reconcile(
                 assistant_message_id: assistant_id.clone(),
                 phase,
                 stopped_tools: stopped.iter().map(|s| s.call_id.clone()).collect(),
+                owner_alive,
             },
             Event::InputAdmitted {
                 input_id: continuation.clone(),

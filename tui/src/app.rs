@@ -273,6 +273,10 @@ pub struct Transcript {
     /// Rows of the loaded page that cannot be decoded (shown as a warning).
     pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
+    /// Its quarantined rows, as (execution id, reason).
+    pub quarantined: Vec<(String, String)>,
+    /// The owner holding its claim and that owner's pid, while one does.
+    pub holder: Option<(String, i64)>,
     /// Older messages exist before the first one loaded.
     pub has_older: bool,
     /// How many messages (from the newest) are loaded.
@@ -315,6 +319,13 @@ pub struct Launch {
     pub wakes: Vec<(String, String, bool)>,
     /// Wakes waiting beyond those listed.
     pub more_wakes: usize,
+    /// Recovery wakes quarantined as the launch left them (the crash loop's parked
+    /// ones aside), as (execution, session, reason): read from the file after the
+    /// launch's redrive, as the session list reads them.
+    pub quarantined_wakes: Vec<(String, String, String)>,
+    /// Sessions the launch woke: the continuations of turns interrupted earlier (by a
+    /// crash, or left running at the last quit) that start now.
+    pub continued: Vec<String>,
     /// Whether recovered sessions continue on their own (`recovery.auto_continue`).
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.
@@ -464,6 +475,10 @@ pub struct App {
     pub last_typed_ms: u64,
     /// A prompt was sent to a session still being created.
     pub creating: bool,
+    /// The last time a turn here lost its claim to another process (this one was
+    /// stopped or paused past its lease), as (session, ms since the epoch): the
+    /// header keeps saying so.
+    pub lease_lost: Option<(String, i64)>,
 }
 
 impl App {
@@ -508,6 +523,7 @@ impl App {
             hidden: Cell::new(Hidden::default()),
             last_typed_ms: 0,
             creating: false,
+            lease_lost: None,
         }
     }
 
@@ -629,6 +645,10 @@ pub struct LoadedTranscript {
     pub messages: Vec<MessageRow>,
     pub unreadable: Vec<steward_engine::store::rows::Unreadable>,
     pub pending: Vec<InputRow>,
+    /// Its quarantined rows, as (execution id, reason).
+    pub quarantined: Vec<(String, String)>,
+    /// The owner holding its claim and that owner's pid, while one does.
+    pub holder: Option<(String, i64)>,
     pub has_older: bool,
 }
 

@@ -380,6 +380,8 @@ pub fn launch() -> Launch {
         at_ms: NOW - 21_000,
         wakes: Vec::new(),
         more_wakes: 0,
+        quarantined_wakes: Vec::new(),
+        continued: Vec::new(),
         auto_continue: true,
         titles: [
             (SESSION.to_string(), "fix the flaky test".to_string()),

@@ -172,8 +172,32 @@ fn transcript(
             (messages, unreadable, has_older)
         }
     };
+    let state = reader.session_state(session_id, now_ms)?;
+    // Why it is quarantined, said in the transcript.
+    let quarantined = if state == Some(steward_engine::inspect::SessionState::Quarantined) {
+        let request = PageRequest {
+            filter: Some(session_id.to_string()),
+            ..PageRequest::first(100)
+        };
+        reader
+            .quarantine(&request)?
+            .into_iter()
+            .filter(|q| q.session_id == session_id)
+            .map(|q| (q.execution_id, q.reason))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Who runs it, when another process may: what Esc here says.
+    let holder = if state == Some(steward_engine::inspect::SessionState::Running) {
+        reader.session_holder(session_id)?
+    } else {
+        None
+    };
     Ok(Some(LoadedTranscript {
-        state: reader.session_state(session_id, now_ms)?,
+        state,
+        quarantined,
+        holder,
         pending: reader.pending_inputs(session_id)?,
         extent: extent.clone(),
         session,

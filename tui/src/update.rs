@@ -98,6 +98,15 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             Vec::new()
         }
         Msg::Permission { id, request } => {
+            // A question of a session that is not open (a continuation started at
+            // launch) opens it when no session is open, so that its transcript
+            // stands behind the question; one that is open stays open.
+            let effects = match app.current_session() {
+                None if app.mode == Mode::Chat && app.prompt.is_empty() => {
+                    navigate::open_session(app, &request.session_id)
+                }
+                _ => Vec::new(),
+            };
             // Shown under the questions already open, so a question never replaces
             // the one being read; it comes up when that one is answered.
             let at = app
@@ -113,7 +122,7 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
                     scroll: 0,
                 },
             );
-            Vec::new()
+            effects
         }
         Msg::Done(result) => {
             app.status = Some(match result {
@@ -355,7 +364,15 @@ fn on_turn_ended(app: &mut App, session_id: &str, outcome: &SessionOutcome) {
         return;
     }
     let text = outcome.to_string();
-    if current {
+    if matches!(outcome, SessionOutcome::Ran(Outcome::Lost)) {
+        // Whichever session it was: another process runs it now, and what this
+        // one did not finish is recovered there.
+        app.lease_lost = Some((session_id.to_string(), app.now_ms));
+        app.status = Some(format!(
+            "lease lost: the turn of {} {text}",
+            crate::view::short_id(session_id)
+        ));
+    } else if current {
         app.status = Some(format!("the turn stopped: {text}"));
     }
     app.failures.insert(
@@ -432,6 +449,8 @@ fn apply_rest(
         app.transcript.messages = t.messages;
         app.transcript.unreadable = t.unreadable;
         app.transcript.pending = t.pending;
+        app.transcript.quarantined = t.quarantined;
+        app.transcript.holder = t.holder;
         app.transcript.has_older = t.has_older;
         app.transcript.state = t.state;
         app.transcript.session = Some(t.session);

@@ -26,13 +26,13 @@ pub fn view(app: &App, frame: &mut Frame) {
         too_small(app, frame, area);
         return;
     }
-    // A note too long for the footer line (an error) takes up to three lines of its
-    // own above the hints rather than being cut at the edge.
+    // A note too long for the footer line (an error) takes lines of its own above
+    // the hints, wrapped — up to a third of the screen — rather than being cut at
+    // the edge.
     let (note, hints) = footer_lines(app);
     let note_height = note.as_ref().map_or(0, |n| {
-        n.width()
-            .div_ceil(usize::from(area.width).max(1))
-            .clamp(1, 3) as u16
+        let wrapped = transcript::wrap(vec![n.clone()], area.width).len();
+        wrapped.clamp(1, usize::from(area.height / 3).max(3)) as u16
     });
     let footer_height = 1 + note_height;
     let [header, body, footer] = Layout::vertical([
@@ -50,7 +50,7 @@ pub fn view(app: &App, frame: &mut Frame) {
         Layout::vertical([Constraint::Length(note_height), Constraint::Length(1)]).areas(footer);
     if let Some(note) = note {
         frame.render_widget(
-            Paragraph::new(note).wrap(ratatui::widgets::Wrap { trim: false }),
+            Paragraph::new(transcript::wrap(vec![note], area.width)),
             note_area,
         );
     }
@@ -74,16 +74,17 @@ fn too_small(app: &App, frame: &mut Frame, area: Rect) {
         );
         return;
     }
+    // How to leave comes first: on the smallest terminals nothing after it fits.
     let text = vec![
         Line::from(Span::styled(
-            "Terminal too small",
+            "Terminal too small: q quits",
             app.theme.style(Role::Title),
         )),
         Line::from(format!(
             "{}×{} here; Steward needs at least {MIN_WIDTH}×{MIN_HEIGHT}.",
             area.width, area.height
         )),
-        Line::from("Enlarge the window, or press q to quit (nothing else works until then)."),
+        Line::from("Enlarge the window (nothing else works until then)."),
     ];
     frame.render_widget(
         Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }),
@@ -149,6 +150,16 @@ fn header_line(app: &App) -> Line<'static> {
     if app.mode == Mode::Chat {
         let (text, role) = lease_health(app);
         spans.push(Span::styled(format!(" {text} "), t.style(role)));
+        if let Some((session, at_ms)) = &app.lease_lost {
+            spans.push(Span::styled(
+                format!(
+                    " lease lost {} ({}) ",
+                    clock_time(app, *at_ms),
+                    short_id(session)
+                ),
+                t.style(Role::Error),
+            ));
+        }
     }
     if let Some(last) = &app.last_recovery {
         let n = last.executions;
@@ -164,6 +175,17 @@ fn header_line(app: &App) -> Line<'static> {
         spans.push(Span::styled(
             " recovery did not finish at launch: retrying ".to_string(),
             t.style(Role::Error),
+        ));
+    } else if !app.launch.continued.is_empty() {
+        // Nothing was left to reconcile, but sessions whose wakes waited (a turn
+        // left running at the last quit, say) continue now.
+        let n = app.launch.continued.len();
+        spans.push(Span::styled(
+            format!(
+                " nothing to recover · {n} session{} continuing ",
+                if n == 1 { "" } else { "s" }
+            ),
+            t.style(Role::Recovered),
         ));
     } else if app.launch.report.is_some() {
         spans.push(Span::styled(
@@ -220,6 +242,11 @@ fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
             "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"
         }
         (Screen::Chat, _) => "n new  Enter open  i inspector  Tab pane  ? help  q quit",
+    };
+    // A note in the read-only inspector says what is read-only itself.
+    let hints = match &app.status {
+        Some(_) => hints.trim_start_matches("read-only: actions run from `steward`  "),
+        None => hints,
     };
     let hints = Span::styled(format!(" {hints}"), t.style(Role::Muted));
     let Some(status) = &app.status else {
@@ -391,14 +418,26 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         return;
     }
     let tr = &app.transcript;
+    let quarantined;
+    let messages = if tr.quarantined.is_empty() {
+        &tr.messages
+    } else {
+        quarantined = transcript::with_quarantine(&tr.messages, &tr.quarantined);
+        &quarantined
+    };
     let (mut lines, starts) = transcript::lines_with_starts(
         t,
-        &tr.messages,
+        messages,
         &tr.pending,
         tr.expanded,
         inner.width,
         &app.live,
     );
+    lines.extend(transcript::quarantine_lines(
+        t,
+        &tr.quarantined,
+        inner.width,
+    ));
     if let Some(failure) = app.current_failure() {
         lines.extend(transcript::failure_lines(t, &failure.text, inner.width));
     }

@@ -33,16 +33,21 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     Ok(report) => (Some(report), None),
                     Err(e) => (None, Some(e.to_string())),
                 };
-                if let Err(e) = engine.redrive_wakes().await {
-                    error.get_or_insert(e.to_string());
-                }
+                let continued = match engine.redrive_wakes().await {
+                    Ok(redrive) => redrive.sessions,
+                    Err(e) => {
+                        error.get_or_insert(e.to_string());
+                        Vec::new()
+                    }
+                };
                 if let Some(error) = &error {
                     tracing::error!(%error, "the launch recovery did not finish");
                 }
                 engine.start_background(Redriving::DueWakes);
                 let auto_continue = ctx.config.recovery.auto_continue;
                 let (wakes, more_wakes) = launch_wakes(engine, auto_continue).await;
-                let titles = titles(engine, report.as_ref(), &wakes).await;
+                let quarantined_wakes = quarantined_wakes(engine).await;
+                let titles = titles(engine, report.as_ref(), &wakes, &quarantined_wakes).await;
                 let options = steward_tui::Options {
                     data_dir: ctx.paths.data_dir.clone(),
                     database: ctx.paths.database.clone(),
@@ -58,6 +63,8 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     at_ms,
                     wakes,
                     more_wakes,
+                    quarantined_wakes,
+                    continued,
                     auto_continue,
                     titles,
                 };
@@ -128,11 +135,35 @@ async fn launch_wakes(
         .unwrap_or_default()
 }
 
+/// Recovery wakes quarantined (the crash loop's parked ones aside) after the launch
+/// redrive, as (execution, session, reason): what the Quarantine tab and the
+/// session list show, so that the panel says the same.
+async fn quarantined_wakes(engine: &steward_engine::Engine) -> Vec<(String, String, String)> {
+    engine
+        .db()
+        .read(move |conn| {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT execution_id, session_id, recovery_error FROM session_recovery
+                 WHERE recovery_error IS NOT NULL AND recovery_error != ?1
+                 ORDER BY execution_id LIMIT {PANEL_WAKES}"
+            ))?;
+            let rows = stmt
+                .query_map([steward_engine::recovery::CRASH_LOOP_ERROR], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+        .unwrap_or_default()
+}
+
 /// The titles of the sessions the after-crash panel names.
 async fn titles(
     engine: &steward_engine::Engine,
     report: Option<&steward_engine::RecoveryReport>,
     wakes: &[(String, String, bool)],
+    quarantined: &[(String, String, String)],
 ) -> BTreeMap<String, String> {
     let ids: Vec<String> = report
         .into_iter()
@@ -144,6 +175,7 @@ async fn titles(
                 .chain(report.quarantined.iter().map(|q| q.session_id.clone()))
         })
         .chain(wakes.iter().map(|w| w.1.clone()))
+        .chain(quarantined.iter().map(|q| q.1.clone()))
         .collect();
     engine
         .db()

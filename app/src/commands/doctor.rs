@@ -153,6 +153,26 @@ pub fn run(
     })
 }
 
+/// There is no database to check (exit 1): the doctor says so and creates nothing,
+/// neither the data directory nor the file.
+pub fn no_database(paths: &Paths, json: bool) -> Result<ExitCode> {
+    let why = "nothing to check (Steward creates it when a command that runs sessions first uses this data directory)";
+    let error = format!("no database at {}: {why}", paths.database.display());
+    if json {
+        let value = serde_json::json!({
+            "ok": false,
+            "path": paths.database.display().to_string(),
+            "error": error,
+        });
+        out!("{value}");
+    } else {
+        out!("database    {}", paths.database.display());
+        out!("missing     {why}");
+        out!("problems found");
+    }
+    Ok(ExitCode::FAILURE)
+}
+
 /// Explains why the database was refused (exit 3); any other error passes through.
 pub fn explain_refusal(paths: &Paths, error: anyhow::Error, json: bool) -> Result<ExitCode> {
     let Some(steward_engine::Error::DatabaseRefused { reason, .. }) =

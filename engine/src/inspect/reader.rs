@@ -241,6 +241,21 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// The owner holding `session_id`'s claim and its process id, when one does.
+    pub fn session_holder(&mut self, session_id: &str) -> Result<Option<(String, i64)>> {
+        use rusqlite::OptionalExtension as _;
+        Ok(self
+            .read(|c, _| {
+                Ok(c.prepare_cached(
+                    "SELECT o.id, o.pid FROM session_execution e JOIN owner o ON o.id = e.owner_id
+                     WHERE e.session_id = ?1",
+                )?
+                .query_row([session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?)
+            })?
+            .flatten())
+    }
+
     /// Everything at once (`inspect --json`).
     pub fn snapshot(&mut self, now_ms: i64) -> Result<Snapshot> {
         Ok(self

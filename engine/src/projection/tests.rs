@@ -378,6 +378,7 @@ fn r5_4_recovery_without_an_assistant_appends_a_synthetic_message() {
             assistant_message_id: None,
             phase,
             stopped_tools: vec![],
+            owner_alive: false,
         });
         let message = &log.p.messages["msg_rec_exe_1"];
         assert_eq!((message.seq, message.time_created), (1, 1001));
@@ -396,6 +397,48 @@ fn r5_4_recovery_without_an_assistant_appends_a_synthetic_message() {
             })
         );
     }
+}
+
+#[test]
+fn r5_4_a_tool_whose_owner_was_alive_does_not_say_the_owner_died() {
+    for (owner_alive, said) in [
+        (false, crate::message::TOOL_PROCESS_STOPPED),
+        (true, crate::message::TOOL_PROCESS_STOPPED_OWNER_ALIVE),
+    ] {
+        let mut log = Log::new();
+        log.start_step("msg_a");
+        log.call_tool("msg_a", "run", json!({"command": "sleep 9"}));
+        log.push(Event::ToolStarted {
+            mcp: None,
+            message_id: "msg_a".into(),
+            call_id: "run".into(),
+            process: None,
+        });
+        log.push(Event::StepRecovered {
+            execution_id: "exe_1".into(),
+            assistant_message_id: Some("msg_a".into()),
+            phase: Phase::Ready,
+            stopped_tools: vec!["run".into()],
+            owner_alive,
+        });
+        let error = tool_state(log.assistant("msg_a"), "run")
+            .error
+            .clone()
+            .unwrap();
+        assert_eq!(error, format!("{TOOL_OUTCOME_UNKNOWN}; {said}"));
+        assert_eq!(error.contains("owner died"), !owner_alive, "{error}");
+    }
+    // An event written before the field existed reads as a dead owner's.
+    let old: Event = serde_json::from_value(json!({"type": "step.recovered", "data":
+        {"execution_id": "exe_1", "phase": "ready", "stopped_tools": ["run"]}}))
+    .unwrap();
+    assert!(matches!(
+        old,
+        Event::StepRecovered {
+            owner_alive: false,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -428,6 +471,7 @@ fn r5_4_recovery_completes_the_assistant_and_normalises_its_tools() {
         assistant_message_id: Some("msg_a".into()),
         phase: Phase::Ready,
         stopped_tools: vec!["run".into()],
+        owner_alive: false,
     });
     let at = 1000 + log.seq - 1;
     let a = log.assistant("msg_a");
@@ -486,6 +530,7 @@ fn r5_5_recovering_one_execution_twice_fails_instead_of_doubling() {
         assistant_message_id: Some("msg_a".into()),
         phase: Phase::Unknown,
         stopped_tools: vec![],
+        owner_alive: false,
     };
     log.push(recovered.clone());
     assert!(log.try_push(recovered).is_err());
@@ -494,6 +539,7 @@ fn r5_5_recovering_one_execution_twice_fails_instead_of_doubling() {
         assistant_message_id: None,
         phase: Phase::Unknown,
         stopped_tools: vec![],
+        owner_alive: false,
     };
     log.push(synthetic.clone());
     assert!(log.try_push(synthetic).is_err());
@@ -510,6 +556,7 @@ fn i15_recovery_never_touches_an_assistant_of_another_session() {
             assistant_message_id: Some("msg_a".into()),
             phase: Phase::Ready,
             stopped_tools: vec![],
+            owner_alive: false,
         })
         .unwrap_err();
     assert!(err.reason.contains("not in session"), "{err}");
@@ -554,6 +601,7 @@ fn needs_names_every_stored_row_an_event_changes() {
             assistant_message_id: Some("msg_a".into()),
             phase: Phase::Ready,
             stopped_tools: vec![],
+            owner_alive: false,
         })
         .messages,
         vec!["msg_a".to_string()]
@@ -565,6 +613,7 @@ fn needs_names_every_stored_row_an_event_changes() {
             assistant_message_id: None,
             phase: Phase::Ready,
             stopped_tools: vec![],
+            owner_alive: false,
         }),
         Needs::default()
     );

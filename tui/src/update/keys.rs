@@ -147,7 +147,19 @@ pub(super) fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 app.status = Some("cancelling the turn…".into());
                 vec![Effect::Cancel(s)]
             }
-            _ => Vec::new(),
+            // Another process runs it: only that process can cancel its turn.
+            Some(_) => {
+                if let Some((owner, pid)) = &app.transcript.holder
+                    && app.owner_id.as_deref() != Some(owner.as_str())
+                {
+                    app.status = Some(format!(
+                        "this turn runs in another Steward process (pid {pid}, {}): cancel it there with Esc, or end that process (kill {pid}) and it is reconciled",
+                        crate::view::short_id(owner)
+                    ));
+                }
+                Vec::new()
+            }
+            None => Vec::new(),
         },
         A::Interrupt => {
             // With a permission question open, Ctrl-C cancels the turn that asks.

@@ -150,13 +150,25 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
     let Some(report) = &launch.report else {
         return lines;
     };
+    let quarantined_wake = |execution: &str| {
+        launch
+            .quarantined_wakes
+            .iter()
+            .find(|(e, _, _)| e == execution)
+            .map(|(_, _, reason)| reason.as_str())
+    };
     for r in &report.recovered {
         let text = match r.phase {
             Phase::Unknown => PROVIDER_OUTCOME_UNKNOWN,
             Phase::Ready | Phase::Safe => EXECUTION_INTERRUPTED_BY_RESTART,
         };
         let mut detail = Vec::new();
-        if r.parked {
+        // What became of its wake since (the launch's redrive may have
+        // quarantined it), as the session list says.
+        let quarantined = quarantined_wake(&r.execution_id);
+        if let Some(reason) = quarantined {
+            detail.push(format!("its continuation was quarantined: {reason}"));
+        } else if r.parked {
             detail.push("parked: interrupted repeatedly, continue with w".to_string());
         } else if launch.auto_continue {
             detail.push("continuation started".to_string());
@@ -175,13 +187,20 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             ));
         }
         lines.push(PanelLine {
-            symbol: if r.parked { "⏸" } else { "↻" },
+            symbol: match (quarantined, r.parked) {
+                (Some(_), _) => "⚠",
+                (None, true) => "⏸",
+                (None, false) => "↻",
+            },
             session_id: r.session_id.clone(),
             execution_id: r.execution_id.clone(),
-            what: format!("phase {}", r.phase.as_str()),
+            what: match quarantined {
+                Some(_) => "quarantined".to_string(),
+                None => format!("phase {}", r.phase.as_str()),
+            },
             detail: format!("{text} · {}", detail.join(" · ")),
-            target: r.parked.then_some(Tab::Quarantine),
-            actionable: r.parked || !launch.auto_continue,
+            target: (r.parked || quarantined.is_some()).then_some(Tab::Quarantine),
+            actionable: r.parked || quarantined.is_some() || !launch.auto_continue,
             done: None,
         });
     }
@@ -192,6 +211,22 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             execution_id: q.execution_id.clone(),
             what: "quarantined".into(),
             detail: q.reason.clone(),
+            target: Some(Tab::Quarantine),
+            actionable: true,
+            done: None,
+        });
+    }
+    let reported: Vec<String> = lines.iter().map(|l| l.execution_id.clone()).collect();
+    for (execution_id, session_id, reason) in &launch.quarantined_wakes {
+        if reported.contains(execution_id) {
+            continue;
+        }
+        lines.push(PanelLine {
+            symbol: "⚠",
+            session_id: session_id.clone(),
+            execution_id: execution_id.clone(),
+            what: "quarantined".into(),
+            detail: format!("its continuation was quarantined: {reason}"),
             target: Some(Tab::Quarantine),
             actionable: true,
             done: None,

@@ -365,6 +365,37 @@ fn a_confirmed_action_goes_to_the_engine_with_its_execution() {
 }
 
 #[test]
+fn a_turn_that_lost_its_lease_says_so_whichever_session_is_open() {
+    let mut app = fixtures::chat();
+    app.running.insert("ses_2".into());
+    update(
+        &mut app,
+        Msg::Engine(EngineEvent::Idle {
+            session_id: "ses_2".into(),
+            outcome: SessionOutcome::Ran(Outcome::Lost),
+        }),
+    );
+    assert_eq!(app.lease_lost, Some(("ses_2".to_string(), app.now_ms)));
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.starts_with("lease lost: the turn of ses_2"),
+        "{status}"
+    );
+    // A key clears the note; the header keeps saying it.
+    update(&mut app, code(KeyCode::Char('j')));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("lease lost"), "{header}");
+}
+
+#[test]
 fn an_idle_session_leaves_the_running_set_and_reloads() {
     let mut app = fixtures::chat();
     app.running.insert(SESSION.into());
@@ -409,6 +440,53 @@ fn the_launch_panel_lists_recoveries_quarantine_and_parked_wakes() {
     let mut quiet = fixtures::chat();
     update(&mut quiet, Msg::Launched(Launch::default()));
     assert!(quiet.overlay.is_empty());
+}
+
+#[test]
+fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
+    let mut launch = fixtures::launch();
+    launch.auto_continue = false;
+    // The launch's redrive quarantined the first recovery's wake, and an earlier
+    // recovery's wake is quarantined too: the Quarantine tab lists both.
+    launch.quarantined_wakes = vec![
+        (
+            fixtures::EXE_RECOVERED.to_string(),
+            fixtures::SESSION.to_string(),
+            "continuation inp_rec_x does not exist".to_string(),
+        ),
+        (
+            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02".to_string(),
+            "ses_5".to_string(),
+            "the wake was attempted 3 times without promoting the continuation".to_string(),
+        ),
+    ];
+    let lines = panel_lines(&launch);
+    let first = &lines[0];
+    assert_eq!((first.symbol, first.what.as_str()), ("⚠", "quarantined"));
+    assert!(
+        !first.detail.contains("continuation waits for you"),
+        "{}",
+        first.detail
+    );
+    assert!(
+        first
+            .detail
+            .contains("continuation inp_rec_x does not exist")
+    );
+    assert_eq!(first.target, Some(Tab::Quarantine));
+    let quarantined: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.what == "quarantined")
+        .map(|l| l.execution_id.as_str())
+        .collect();
+    assert_eq!(
+        quarantined,
+        vec![
+            fixtures::EXE_RECOVERED,
+            fixtures::EXE_QUARANTINED,
+            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02"
+        ]
+    );
 }
 
 #[test]
@@ -625,4 +703,71 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
         })),
     );
     assert_eq!(app.sessions.rows[app.sessions.selected].id, "ses_new");
+}
+
+#[test]
+fn esc_in_a_session_another_process_runs_says_where_to_stop_it() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Prompt;
+    app.transcript.state = Some(steward_engine::inspect::SessionState::Running);
+    app.transcript.holder = Some((fixtures::OWNER_DEAD.to_string(), 4242));
+    let effects = update(&mut app, code(KeyCode::Esc));
+    assert_eq!(effects, Vec::new());
+    let status = app.status.clone().unwrap_or_default();
+    assert!(
+        status.contains("another Steward process (pid 4242"),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn a_question_of_a_continuation_opens_its_session_when_none_is_open() {
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    let effects = update(
+        &mut app,
+        Msg::Permission {
+            id: 3,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(app.current_session(), Some(SESSION));
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(_)]),
+        "{effects:?}"
+    );
+    assert!(matches!(
+        app.overlay.last(),
+        Some(Overlay::Permission { id: 3, .. })
+    ));
+    // A session the user has open stays open.
+    let mut other = fixtures::chat();
+    let mut request = fixtures::permission();
+    request.session_id = "ses_2".into();
+    update(&mut other, Msg::Permission { id: 4, request });
+    assert_eq!(other.current_session(), Some(SESSION));
+    assert!(other.waits_for_permission("ses_2"));
+}
+
+#[test]
+fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() {
+    let mut app = fixtures::chat();
+    app.last_recovery = None;
+    let launch = Launch {
+        report: Some(Default::default()),
+        continued: vec!["ses_2".into()],
+        ..Launch::default()
+    };
+    update(&mut app, Msg::Launched(launch));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("1 session continuing"), "{header}");
+    assert!(!header.contains("nothing to recover at launch"), "{header}");
 }

@@ -85,7 +85,55 @@ fn owner_mark(liveness: Liveness) -> &'static str {
     }
 }
 
+/// A claim's expiry in the EXPIRES column: a countdown while the lease runs, then
+/// the time it ran out — as a time of day today, as an age otherwise — and a value
+/// no lease can have (before 2000) as what it is.
+fn expiry(app: &App, at: i64) -> String {
+    const YEAR_2000_MS: i64 = 946_684_800_000;
+    if at > app.now_ms {
+        relative(at - app.now_ms)
+    } else if at < YEAR_2000_MS {
+        format!("bad: {at}")
+    } else {
+        let time = super::clock_time(app, at);
+        if time.len() <= 8 {
+            format!("at {time}")
+        } else {
+            let days = (app.now_ms - at) / 86_400_000;
+            if days >= 1 {
+                format!("{days} d ago")
+            } else {
+                relative(at - app.now_ms)
+            }
+        }
+    }
+}
+
+/// `text` cut to `width` columns with `…` when it does not fit (the detail pane
+/// below shows it whole).
+fn fit(text: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthStr;
+    if text.width() <= width {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push('…');
+    out
+}
+
 fn render_table(app: &App, frame: &mut Frame, area: Rect) {
+    // The last column of each table takes what the others leave (less the
+    // selection marker).
+    let rest = |used: u16| usize::from(area.width.saturating_sub(used + 1));
     let t = &app.theme;
     let (header, widths, rows): (Vec<&str>, Vec<Constraint>, Vec<Row>) = match &app.inspector.rows {
         Rows::Claims(lines) => (
@@ -117,13 +165,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                         .claim
                         .expires_at
                         .as_i64()
-                        .map(|at| {
-                            if at > app.now_ms {
-                                relative(at - app.now_ms)
-                            } else {
-                                format!("at {}", super::clock_time(app, at))
-                            }
-                        })
+                        .map(|at| expiry(app, at))
                         .unwrap_or_else(|| l.claim.expires_at.to_string());
                     Row::new(vec![
                         Span::raw(short_id(&l.claim.execution_id)),
@@ -155,7 +197,7 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
                         Span::raw(q.kind),
                         Span::raw(short_id(&q.execution_id)),
                         Span::raw(short_id(&q.session_id)),
-                        Span::styled(q.reason.clone(), t.style(Role::Error)),
+                        Span::styled(fit(&q.reason, rest(9 + 14 + 14 + 3)), t.style(Role::Error)),
                     ])
                 })
                 .collect(),
@@ -276,7 +318,10 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
     };
     let empty = rows.is_empty();
     let servers_here = app.mode == Mode::Chat;
+    // The marker's column is kept with no row selected too, so that the header of
+    // an empty table stands where it does over rows.
     let table = Table::new(rows, widths)
+        .highlight_spacing(ratatui::widgets::HighlightSpacing::Always)
         .header(Row::new(header).style(t.style(Role::Muted)))
         .row_highlight_style(t.style(Role::Selected))
         .highlight_symbol("▶");
@@ -350,7 +395,7 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
     let mut lines: Vec<Line> = text
         .unwrap_or_default()
         .lines()
-        .map(|l| Line::from(l.to_string()))
+        .map(|l| Line::from(readable_time(app, l)))
         .collect();
     if app.mode == Mode::ReadOnly {
         lines.insert(
@@ -373,6 +418,23 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
         Paragraph::new(lines).scroll((u16::try_from(scroll).unwrap_or(u16::MAX), 0)),
         inner,
     );
+}
+
+/// A line of the detail's JSON holding a time in ms since the epoch
+/// (`"time_created": 1796084527000,`), with the time it is, readable, after it.
+fn readable_time(app: &App, line: &str) -> String {
+    let Some((key, value)) = line.trim_start().split_once("\": ") else {
+        return line.to_string();
+    };
+    let key = key.trim_start_matches('"');
+    let is_time = key.starts_with("time") || key.ends_with("_at") || key.ends_with("_ms");
+    let digits = value.trim_end_matches(',');
+    match digits.parse::<i64>() {
+        Ok(ms) if is_time && ms >= 946_684_800_000 => {
+            format!("{line}  ({})", super::clock_time(app, ms))
+        }
+        _ => line.to_string(),
+    }
 }
 
 fn pretty<T: serde::Serialize>(row: &T) -> String {

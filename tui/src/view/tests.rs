@@ -213,6 +213,9 @@ fn a_terminal_too_small_says_so() {
     let text = screen(&app, 40, 8);
     assert!(text.contains("Terminal too small"), "{text}");
     assert_snapshot!(text);
+    // The smallest still says how to leave.
+    let tiny = screen(&app, 20, 5);
+    assert!(tiny.contains("q quits"), "{tiny}");
 }
 
 #[test]
@@ -318,4 +321,107 @@ fn a_long_permission_input_is_shown_whole_or_scrolls() {
     assert!(text.contains("important-stuff"), "{text}");
     let small = screen(&app, 60, 14);
     assert!(small.contains("more line"), "{small}");
+}
+
+#[test]
+fn a_quarantined_sessions_open_call_reads_as_unknown_with_the_reason() {
+    let mut app = fixtures::chat();
+    let mut messages = fixtures::recovered_transcript();
+    messages.truncate(1);
+    messages.push(steward_engine::projection::MessageRow {
+        id: "msg_q".into(),
+        session_id: fixtures::SESSION.into(),
+        seq: 3,
+        time_created: fixtures::NOW - 10_000,
+        time_updated: fixtures::NOW - 10_000,
+        data: steward_engine::message::MessageData::from_json(
+            steward_engine::message::MessageKind::Assistant,
+            &serde_json::json!({
+                    "execution_id": fixtures::EXE_QUARANTINED, "provider": "openai",
+                    "model": "qwen2.5-coder", "time": {"created": fixtures::NOW - 10_000},
+                    "parts": [{"id": "prt_q", "type": "tool", "call_id": "call_q",
+                               "tool": "run_command",
+                               "state": {"status": "running", "input": {"command": "sleep 300"},
+                                         "time": {"start": fixtures::NOW - 9_000}}}]})
+            .to_string(),
+        )
+        .unwrap(),
+    });
+    app.transcript.messages = messages;
+    app.transcript.state = Some(steward_engine::inspect::SessionState::Quarantined);
+    app.transcript.quarantined = vec![(
+        fixtures::EXE_QUARANTINED.to_string(),
+        "unknown phase \"bogus\"".to_string(),
+    )];
+    let text = screen(&app, 110, 24);
+    assert!(!text.contains("◐ running"), "{text}");
+    assert!(text.contains("sleep 300  ? outcome unknown"), "{text}");
+    assert!(
+        text.contains("⚠ quarantined: unknown phase \"bogus\""),
+        "{text}"
+    );
+    assert_snapshot!(text);
+}
+
+#[test]
+fn an_empty_tables_header_stands_where_it_does_over_rows() {
+    let full = inspector(Tab::Quarantine);
+    let mut empty = inspector(Tab::Quarantine);
+    empty.inspector.rows = crate::app::Rows::Quarantine(Vec::new());
+    let header = |app: &App| {
+        screen(app, 110, 24)
+            .lines()
+            .find(|l| l.contains("KIND"))
+            .map(|l| l.find("KIND").unwrap())
+            .unwrap()
+    };
+    assert_eq!(header(&empty), header(&full));
+}
+
+#[test]
+fn a_claims_bad_or_old_expiry_reads_whole() {
+    let mut app = inspector(Tab::Claims);
+    let crate::app::Rows::Claims(rows) = &mut app.inspector.rows else {
+        unreachable!()
+    };
+    rows[0].claim.expires_at = serde_json::json!(0);
+    rows[1].claim.expires_at = serde_json::json!(fixtures::NOW - 3 * 86_400_000);
+    let text = screen(&app, 110, 24);
+    assert!(!text.contains("at 1970"), "{text}");
+    assert!(text.contains("bad: 0"), "{text}");
+    assert!(text.contains("3 d ago"), "{text}");
+}
+
+#[test]
+fn the_detail_pane_says_times_readably() {
+    let app = inspector(Tab::Quarantine);
+    let text = screen(&app, 110, 24);
+    assert!(
+        text.contains("\"time_created\": 1796084527000  (00:22:07)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_note_in_the_read_only_inspector_is_not_repeated_by_the_hints() {
+    let mut app = inspector(Tab::Quarantine);
+    app.mode = Mode::ReadOnly;
+    app.owner_id = None;
+    app.status = Some("read-only: wake from `steward` (or `steward wake EXECUTION_ID`)".into());
+    let text = screen(&app, 110, 24);
+    let lines: Vec<&str> = text.lines().collect();
+    let footer = lines[lines.len() - 2..].join("\n");
+    assert_eq!(footer.matches("read-only").count(), 1, "{footer}");
+}
+
+#[test]
+fn a_long_note_wraps_whole_above_the_hints() {
+    let mut app = fixtures::chat();
+    let error = format!(
+        "the turn stopped: error: {} END",
+        "disk I/O error ".repeat(30)
+    );
+    app.status = Some(error);
+    let text = screen(&app, 80, 30);
+    assert!(text.contains("END"), "{text}");
 }

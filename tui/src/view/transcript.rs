@@ -78,6 +78,63 @@ pub fn diff_lines(
         .collect()
 }
 
+/// What a call left open by a quarantined execution says instead of "running": the
+/// file cannot tell how it ended, and nothing runs it any more.
+pub const QUARANTINED_TOOL: &str = "outcome unknown: its execution is quarantined";
+
+/// `messages` as a quarantined execution leaves them to be read: the calls it left
+/// pending or running read as of unknown outcome, with the quarantine's reason
+/// (`quarantined` holds (execution id, reason)). Display only: the file keeps them.
+pub fn with_quarantine(
+    messages: &[MessageRow],
+    quarantined: &[(String, String)],
+) -> Vec<MessageRow> {
+    let mut messages = messages.to_vec();
+    for message in &mut messages {
+        let Some(a) = message.data.as_assistant_mut() else {
+            continue;
+        };
+        let Some((_, reason)) = quarantined.iter().find(|(e, _)| *e == a.execution_id) else {
+            continue;
+        };
+        for part in &mut a.parts {
+            if let Part::Tool(tool) = part
+                && tool.state.status.is_open()
+            {
+                tool.state.error = Some(format!("{QUARANTINED_TOOL}: {reason}"));
+            }
+        }
+    }
+    messages
+}
+
+/// The line that ends the transcript of a quarantined session: why, and where to act.
+pub fn quarantine_lines(
+    theme: &Theme,
+    reasons: &[(String, String)],
+    width: u16,
+) -> Vec<Line<'static>> {
+    let mut out = Vec::new();
+    for (execution, reason) in reasons {
+        out.push(Line::default());
+        out.extend(wrap(
+            vec![Line::from(vec![
+                Span::styled("⚠ quarantined: ", theme.style(Role::Error)),
+                Span::styled(clean(reason), theme.style(Role::Error)),
+                Span::styled(
+                    format!(
+                        " — nothing runs {} until the inspector (i, Quarantine tab) wakes or discards it",
+                        crate::view::short_id(execution)
+                    ),
+                    theme.style(Role::Muted),
+                ),
+            ])],
+            width,
+        ));
+    }
+    out
+}
+
 /// Every line of `messages` (and the pending inputs after them), wrapped to `width`.
 pub fn lines(
     theme: &Theme,
@@ -312,7 +369,14 @@ fn tool_lines(
     width: u16,
 ) {
     let state = &tool.state;
+    let error = state.error.as_deref().unwrap_or_default();
+    // Recovery ends an interrupted call at the time it reconciled it (protocol
+    // §5.4): that time includes the downtime, so no duration is shown for it.
+    let by_recovery = error.starts_with(TOOL_OUTCOME_UNKNOWN);
+    let quarantined = error.starts_with(QUARANTINED_TOOL);
     let (mark, role) = match state.status {
+        _ if quarantined => ("? outcome unknown", Role::Error),
+        ToolStatus::Error if by_recovery => ("✗ interrupted", Role::Error),
         ToolStatus::Pending => ("… pending", Role::Muted),
         ToolStatus::Running => ("◐ running", Role::Warn),
         ToolStatus::Completed => ("✓", Role::Ok),
@@ -322,6 +386,7 @@ fn tool_lines(
         .time
         .as_ref()
         .and_then(|t| Some(t.end? - t.start?))
+        .filter(|_| !by_recovery && !quarantined)
         .map(|ms| format!(" {:.1} s", ms as f64 / 1000.0))
         .unwrap_or_default();
     // An MCP tool is named by its server and its own name.
@@ -344,16 +409,28 @@ fn tool_lines(
         }
         None => line.push(Span::styled(tool.tool.clone(), theme.style(Role::Title))),
     }
+    // The input gives way so that the status stays on the header's line.
+    let status = format!("{mark}{took}");
+    let fixed: usize = line.iter().map(Span::width).sum::<usize>()
+        + 4
+        + status
+            .chars()
+            .map(|c| c.width().unwrap_or(0))
+            .sum::<usize>();
+    let room = usize::from(width)
+        .saturating_sub(fixed)
+        .clamp(8, SUMMARY_CHARS);
     line.extend([
         Span::raw("  "),
-        Span::styled(summary(&state.input), theme.style(Role::Muted)),
+        Span::styled(summary(&state.input, room), theme.style(Role::Muted)),
         Span::raw("  "),
-        Span::styled(format!("{mark}{took}"), theme.style(role)),
+        Span::styled(status, theme.style(role)),
     ]);
     out.push(Line::from(line));
     if let Some(error) = &state.error {
-        let by_recovery = error.starts_with(TOOL_OUTCOME_UNKNOWN);
-        let (label, role) = if by_recovery {
+        let (label, role) = if quarantined {
+            ("   ⚠ ", Role::Error)
+        } else if by_recovery {
             ("   ↻ error (recovery): ", Role::Recovered)
         } else {
             ("   error: ", Role::Error)
@@ -425,15 +502,31 @@ fn tool_lines(
     }
 }
 
-/// A tool input in one short line: the command or path when there is one.
-fn summary(input: &serde_json::Value) -> String {
+/// The most a tool header shows of its input.
+const SUMMARY_CHARS: usize = 60;
+
+/// A tool input in one short line of at most `room` columns: the command or path
+/// when there is one.
+fn summary(input: &serde_json::Value, room: usize) -> String {
     let text = ["command", "path"]
         .iter()
         .find_map(|k| input.get(k).and_then(|v| v.as_str()).map(str::to_string))
         .unwrap_or_else(|| input.to_string());
+    let text = clean(&text);
     let first = text.lines().next().unwrap_or_default();
-    let mut short: String = first.chars().take(60).collect();
-    if first.chars().count() > 60 || text.lines().count() > 1 {
+    let cut = first.chars().map(|c| c.width().unwrap_or(0)).sum::<usize>() > room
+        || text.lines().count() > 1;
+    let mut short = String::new();
+    let mut used = 0;
+    for c in first.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room.saturating_sub(usize::from(cut)) {
+            break;
+        }
+        short.push(c);
+        used += w;
+    }
+    if cut {
         short.push('…');
     }
     short
@@ -538,6 +631,39 @@ mod tests {
                 &data.to_string(),
             )
             .unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_tool_header_keeps_its_status_on_its_line_at_any_width() {
+        let theme = Theme { color: false };
+        let command = "cargo test --workspace --all-features -- --test-threads 1 a_long_filter";
+        let row = assistant_row(serde_json::json!({
+            "execution_id": "exe_1", "provider": "p", "model": "m", "time": {"created": 1},
+            "parts": [{"id": "prt_1", "type": "tool", "call_id": "c1", "tool": "run_command",
+                       "state": {"status": "error", "input": {"command": command},
+                                 "error": "exit status 1",
+                                 "time": {"start": 1000, "end": 34_700}}}]}));
+        for width in [40u16, 60, 78, 86, 120] {
+            let shown = text(&lines(
+                &theme,
+                std::slice::from_ref(&row),
+                &[],
+                false,
+                width,
+            ));
+            let header = shown
+                .iter()
+                .position(|l| l.contains("▸ run_command"))
+                .unwrap();
+            assert!(
+                shown[header].trim_end().ends_with("✗ 33.7 s"),
+                "width {width}: {shown:#?}"
+            );
+            assert!(
+                shown[header].chars().count() <= usize::from(width),
+                "{shown:#?}"
+            );
         }
     }
 

@@ -150,6 +150,7 @@ pub fn sessions() -> Vec<SessionSummary> {
         directory: "/home/me/steward".into(),
         state,
         time_updated: NOW,
+        archived: false,
     };
     vec![
         row(SESSION, "fix the flaky test", SessionState::Recovered),
@@ -445,6 +446,7 @@ pub fn chat() -> App {
         directory: "/home/me/steward".into(),
         time_created: NOW - 60_000,
         time_updated: NOW,
+        archived: false,
     });
     app.transcript.messages = recovered_transcript();
     app.transcript.loaded = app.transcript.messages.len();

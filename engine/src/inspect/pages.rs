@@ -156,7 +156,7 @@ pub fn counts(conn: &Connection) -> Result<Counts> {
 pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Vec<SessionSummary>> {
     let (bound, cmp, dir) = page.descending();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id, title, directory, time_created, time_updated FROM session
+        "SELECT id, title, directory, time_created, time_updated, archived FROM session
          WHERE id {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR title LIKE ?2 ESCAPE '\\'
                                 OR directory LIKE ?2 ESCAPE '\\')
          ORDER BY id {dir} LIMIT ?3"
@@ -168,6 +168,7 @@ pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Ve
             directory: r.get(2)?,
             time_created: r.get(3)?,
             time_updated: r.get(4)?,
+            archived: r.get(5)?,
         })
     })?;
     let sessions = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);
@@ -180,9 +181,82 @@ pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Ve
                 title: s.title,
                 directory: s.directory,
                 time_updated: s.time_updated,
+                archived: s.archived,
             })
         })
         .collect()
+}
+
+/// The key the session list pages by ([`recent_sessions`]): its recent activity,
+/// then its id.
+pub fn session_key(time_updated: i64, id: &str) -> String {
+    format!("{time_updated}:{id}")
+}
+
+/// A [`session_key`] (or a page's open bound) as the values it stands for.
+fn session_bound(key: &str) -> Result<(i64, String)> {
+    if key.is_empty() {
+        return Ok((i64::MIN, String::new()));
+    }
+    if key == TOP {
+        return Ok((i64::MAX, TOP.to_string()));
+    }
+    key.split_once(':')
+        .and_then(|(at, id)| Some((at.parse().ok()?, id.to_string())))
+        .ok_or_else(|| crate::error::Error::Invalid(format!("not a session list key: {key}")))
+}
+
+/// Sessions, most recently active first (`time_updated`, then id; protocol §3.6),
+/// paged by [`session_key`]; archived ones only when `archived` is asked for.
+pub fn recent_sessions(
+    conn: &Connection,
+    now_ms: i64,
+    page: &PageRequest,
+    archived: bool,
+) -> Result<Vec<SessionSummary>> {
+    let (bound, cmp, dir) = page.descending();
+    let (at, id) = session_bound(&bound)?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id, title, directory, time_updated, archived FROM session
+         WHERE (time_updated, id) {cmp} (?1, ?2) AND (?4 OR archived = 0)
+           AND (?3 IS NULL OR id LIKE ?3 ESCAPE '\\' OR title LIKE ?3 ESCAPE '\\'
+                OR directory LIKE ?3 ESCAPE '\\')
+         ORDER BY time_updated {dir}, id {dir} LIMIT ?5"
+    ))?;
+    let rows = stmt.query_map(params![at, id, page.like(), archived, page.limit()], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, bool>(4)?,
+        ))
+    })?;
+    let rows = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);
+    rows.into_iter()
+        .map(|(id, title, directory, time_updated, archived)| {
+            Ok(SessionSummary {
+                state: session_state(conn, &id, now_ms)?,
+                id,
+                title,
+                directory,
+                time_updated,
+                archived,
+            })
+        })
+        .collect()
+}
+
+/// How many sessions the session list holds: those `filter` matches (all without
+/// one), archived ones only when asked for.
+pub fn count_sessions(conn: &Connection, filter: &PageRequest, archived: bool) -> Result<i64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM session WHERE (?2 OR archived = 0)
+               AND (?1 IS NULL OR id LIKE ?1 ESCAPE '\\' OR title LIKE ?1 ESCAPE '\\'
+                    OR directory LIKE ?1 ESCAPE '\\')",
+        )?
+        .query_row(params![filter.like(), archived], |r| r.get(0))?)
 }
 
 /// One session's state, from its claim, its recovery rows and its input wakes (each

@@ -142,6 +142,25 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// Sessions, most recently active first ([`pages::recent_sessions`]).
+    pub fn recent_sessions(
+        &mut self,
+        now_ms: i64,
+        page: &PageRequest,
+        archived: bool,
+    ) -> Result<Vec<SessionSummary>> {
+        Ok(self
+            .read(|c, _| pages::recent_sessions(c, now_ms, page, archived))?
+            .unwrap_or_default())
+    }
+
+    /// How many sessions the session list holds ([`pages::count_sessions`]).
+    pub fn count_sessions(&mut self, filter: &PageRequest, archived: bool) -> Result<i64> {
+        Ok(self
+            .read(|c, _| pages::count_sessions(c, filter, archived))?
+            .unwrap_or_default())
+    }
+
     /// One session, if it exists.
     pub fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>> {
         Ok(self.read(|c, _| rows::session(c, session_id))?.flatten())

@@ -258,6 +258,7 @@ pub(super) fn open_session(app: &mut App, session_id: &str) -> Vec<Effect> {
             directory: String::new(),
             time_created: 0,
             time_updated: 0,
+            archived: false,
         });
     }
     vec![load(app)]

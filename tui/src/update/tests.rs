@@ -612,6 +612,7 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
             directory: "/".into(),
             time_created: 0,
             time_updated: 0,
+            archived: false,
         }),
     );
     let mut rows = vec![created];

@@ -319,6 +319,10 @@ pub struct Launch {
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.
     pub titles: BTreeMap<String, String>,
+    /// The session to open (`--continue`, `--session`).
+    pub open: Option<String>,
+    /// A note for the footer (`--continue` with no session to continue).
+    pub note: Option<String>,
 }
 
 /// How a session's last turn here ended when it did not end as asked: shown in its

@@ -389,6 +389,8 @@ pub fn launch() -> Launch {
         ]
         .into_iter()
         .collect(),
+        open: None,
+        note: None,
     }
 }
 

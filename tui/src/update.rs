@@ -183,11 +183,19 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
                     executions: report.recovered.len() + report.quarantined.len(),
                 });
             }
+            let (open, note) = (launch.open.clone(), launch.note.clone());
             app.launch = launch;
+            if let Some(note) = note {
+                app.status = Some(note);
+            }
             if !lines.is_empty() {
                 app.overlay.push(Overlay::Panel { lines, selected: 0 });
             }
-            vec![load(app)]
+            match open {
+                // The panel, when there is one, stays on top of it.
+                Some(session) => open_session(app, &session),
+                None => vec![load(app)],
+            }
         }
     }
 }

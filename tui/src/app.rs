@@ -229,6 +229,15 @@ pub struct SessionList {
     pub shown: PageRequest,
     /// The next load keeps `selected` as it is (a move or a new session chose it).
     pub keep_selection: bool,
+    /// Sessions whose title, directory or id contain this text (`/`).
+    pub filter: String,
+    pub editing_filter: bool,
+    /// Archived sessions are listed too (`A`).
+    pub archived: bool,
+    /// How many sessions the list holds (those the filter matches).
+    pub total: i64,
+    /// How many rows come before the page shown.
+    pub offset: usize,
 }
 
 impl Default for SessionList {
@@ -239,8 +248,18 @@ impl Default for SessionList {
             request: PageRequest::first(PAGE),
             shown: PageRequest::first(PAGE),
             keep_selection: false,
+            filter: String::new(),
+            editing_filter: false,
+            archived: false,
+            total: 0,
+            offset: 0,
         }
     }
+}
+
+/// The key the session list pages by: recent activity, then id.
+pub fn session_key(s: &SessionSummary) -> String {
+    steward_engine::inspect::pages::session_key(s.time_updated, &s.id)
 }
 
 /// How many lines of each scrollable box the last frame could not show (the most
@@ -288,6 +307,18 @@ pub struct Transcript {
     /// Tool output shown whole instead of its first lines.
     pub expanded: bool,
     pub rendered: Cell<Rendered>,
+    /// Searching the transcript (`/`, then `n`/`N`).
+    pub search: Option<Search>,
+    /// The lines (of those drawn) the search finds, written by the view.
+    pub found: std::cell::RefCell<Vec<usize>>,
+}
+
+/// A search in the transcript.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Search {
+    pub query: String,
+    /// Still being typed.
+    pub editing: bool,
 }
 
 /// How much of a running command's output the screen keeps.
@@ -618,6 +649,10 @@ pub struct Loaded {
     pub transcript: Option<LoadedTranscript>,
     pub rows: Option<(PageRequest, Rows)>,
     pub own_claims: Option<Vec<(String, i64)>>,
+    /// How many sessions the session list holds (with its filter).
+    pub session_total: Option<i64>,
+    /// How many rows each inspector tab holds with the table's filter, when one is set.
+    pub filtered_counts: Option<Counts>,
     /// The MCP servers this process runs, when it runs any (`steward`).
     pub servers: Option<Vec<RunningServer>>,
     /// What could not be read (each part of a load stands alone).
@@ -651,6 +686,8 @@ pub enum Extent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct View {
     pub sessions: Option<PageRequest>,
+    /// The session list shows archived sessions too.
+    pub archived: bool,
     /// A session and which of its messages.
     pub transcript: Option<(String, Extent)>,
     pub table: Option<(Tab, ClaimOrder, PageRequest)>,

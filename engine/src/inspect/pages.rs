@@ -299,8 +299,22 @@ pub enum ClaimOrder {
     Session,
 }
 
-/// Claims, decoded without trusting them.
-pub fn claims(conn: &Connection, order: ClaimOrder, page: &PageRequest) -> Result<Vec<ClaimRow>> {
+/// The claims a filter (`?2`) matches at `?4` (now): by what their row shows —
+/// execution, session, owner, phase, epoch, state — and their quarantine reason.
+const CLAIM_MATCH: &str = "(?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR session_id LIKE ?2 ESCAPE '\\'
+    OR owner_id LIKE ?2 ESCAPE '\\' OR phase LIKE ?2 ESCAPE '\\'
+    OR CAST(epoch AS TEXT) LIKE ?2 ESCAPE '\\' OR recovery_error LIKE ?2 ESCAPE '\\'
+    OR (CASE WHEN recovery_error IS NOT NULL THEN 'quarantined'
+             WHEN expires_at > ?4 THEN 'live' ELSE 'expired: recoverable' END) LIKE ?2 ESCAPE '\\')";
+
+/// Claims, decoded without trusting them; a filter matches what their row shows at
+/// `now_ms`.
+pub fn claims(
+    conn: &Connection,
+    order: ClaimOrder,
+    page: &PageRequest,
+    now_ms: i64,
+) -> Result<Vec<ClaimRow>> {
     let key = match order {
         ClaimOrder::Created => "id",
         ClaimOrder::Session => "session_id",
@@ -308,12 +322,59 @@ pub fn claims(conn: &Connection, order: ClaimOrder, page: &PageRequest) -> Resul
     let (bound, cmp, dir) = page.ascending();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {CLAIM_COLUMNS} FROM session_execution
-         WHERE {key} {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\'
-                                   OR session_id LIKE ?2 ESCAPE '\\' OR owner_id LIKE ?2 ESCAPE '\\')
+         WHERE {key} {cmp} ?1 AND {CLAIM_MATCH}
          ORDER BY {key} {dir} LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![bound, page.like(), page.limit()], claim_row)?;
+    let rows = stmt.query_map(params![bound, page.like(), page.limit(), now_ms], claim_row)?;
     Ok(page.arrange(rows.collect::<Result<_, _>>()?))
+}
+
+/// How many rows each inspector table holds that `filter`'s text matches (the
+/// session count is the session list's, archived ones aside): the tabs' counts
+/// while a filter is set.
+pub fn filtered_counts(conn: &Connection, filter: &PageRequest, now_ms: i64) -> Result<Counts> {
+    let like = filter.like();
+    let one = |sql: &str| -> Result<i64> {
+        Ok(conn
+            .prepare_cached(sql)?
+            .query_row(params![Value::Null, like, Value::Null, now_ms], |r| {
+                r.get(0)
+            })?)
+    };
+    Ok(Counts {
+        sessions: count_sessions(conn, filter, false)?,
+        claims: one(&format!(
+            "SELECT count(*) FROM session_execution WHERE {CLAIM_MATCH}"
+        ))?,
+        quarantine: one(
+            "SELECT count(*) FROM (
+                 SELECT id AS execution_id, session_id, recovery_error AS reason
+                 FROM session_execution WHERE recovery_error IS NOT NULL
+                 UNION ALL
+                 SELECT execution_id, session_id, recovery_error
+                 FROM session_recovery WHERE recovery_error IS NOT NULL)
+             WHERE ?4 IS NOT NULL AND (?2 IS NULL OR execution_id LIKE ?2 ESCAPE '\\'
+                OR session_id LIKE ?2 ESCAPE '\\' OR reason LIKE ?2 ESCAPE '\\')",
+        )?,
+        wakes: one(
+            "SELECT count(*) FROM (
+                 SELECT execution_id, continuation_message_id AS input_id, session_id
+                 FROM session_recovery WHERE wake_pending = 1 AND recovery_error IS NULL
+                 UNION ALL
+                 SELECT NULL, id, session_id
+                 FROM session_input WHERE wake_pending = 1 AND promoted_seq IS NULL)
+             WHERE ?4 IS NOT NULL AND (?2 IS NULL OR input_id LIKE ?2 ESCAPE '\\'
+                OR session_id LIKE ?2 ESCAPE '\\' OR execution_id LIKE ?2 ESCAPE '\\')",
+        )?,
+        recoveries: one(
+            "SELECT count(*) FROM session_recovery WHERE ?4 IS NOT NULL
+               AND (?2 IS NULL OR execution_id LIKE ?2 ESCAPE '\\' OR session_id LIKE ?2 ESCAPE '\\')",
+        )?,
+        owners: one(
+            "SELECT count(*) FROM owner WHERE ?4 IS NOT NULL
+               AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR hostname LIKE ?2 ESCAPE '\\')",
+        )?,
+    })
 }
 
 /// The key a claims page continues after, for `order`.

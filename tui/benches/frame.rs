@@ -108,6 +108,7 @@ fn main() {
     claims_app.size = (120, 40);
     let claims_view = View {
         sessions: None,
+        archived: false,
         transcript: None,
         table: Some((Tab::Claims, ClaimOrder::Created, PageRequest::first(100))),
         owner_id: None,
@@ -134,6 +135,7 @@ fn main() {
     all_app.transcript.loaded = 2_000;
     let view_of = |extent: Extent| View {
         sessions: None,
+        archived: false,
         transcript: Some((history.long_session.clone(), extent)),
         table: None,
         owner_id: None,

@@ -199,6 +199,22 @@ pub struct Inspector {
     pub servers: usize,
     /// Lines the detail pane is scrolled down.
     pub detail_scroll: u16,
+    /// How many rows come before the page shown.
+    pub offset: usize,
+    /// The tabs' counts with the filter, while one is set.
+    pub filtered: Option<Counts>,
+}
+
+impl Inspector {
+    /// How many rows `tab` holds: those the filter matches, while one is set.
+    pub fn count(&self, tab: Tab) -> i64 {
+        match (&self.filtered, tab) {
+            (Some(filtered), t) if t != Tab::Servers && !self.filter.is_empty() => {
+                t.count(filtered, self.servers)
+            }
+            _ => tab.count(&self.counts, self.servers),
+        }
+    }
 }
 
 impl Default for Inspector {
@@ -215,6 +231,8 @@ impl Default for Inspector {
             counts: Counts::default(),
             servers: 0,
             detail_scroll: 0,
+            offset: 0,
+            filtered: None,
         }
     }
 }
@@ -269,6 +287,12 @@ pub struct Hidden {
     pub help: usize,
     pub permission: usize,
     pub detail: usize,
+    /// Rows the session list shows at once (a page for PgUp/PgDn).
+    pub list: usize,
+    /// Rows the inspector's table shows at once.
+    pub table: usize,
+    /// Lines the help box shows at once.
+    pub help_height: usize,
 }
 
 /// What the last frame drew of the transcript, for moves that depend on it.
@@ -311,6 +335,8 @@ pub struct Transcript {
     pub search: Option<Search>,
     /// The lines (of those drawn) the search finds, written by the view.
     pub found: std::cell::RefCell<Vec<usize>>,
+    /// The first line of each loaded message, written by the view.
+    pub starts: std::cell::RefCell<Vec<usize>>,
 }
 
 /// A search in the transcript.
@@ -319,6 +345,8 @@ pub struct Search {
     pub query: String,
     /// Still being typed.
     pub editing: bool,
+    /// The line of the match shown (of all the transcript's lines drawn).
+    pub current: Option<usize>,
 }
 
 /// How much of a running command's output the screen keeps.
@@ -440,6 +468,25 @@ pub enum Overlay {
         /// Lines of the input scrolled.
         scroll: u16,
     },
+    /// Typing a session's new title.
+    Rename {
+        session: String,
+        title: String,
+    },
+    /// Deleting a session, confirmed with `y`.
+    Delete {
+        session: String,
+        title: String,
+    },
+}
+
+/// Session housekeeping (protocol §3.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Housekeep {
+    Rename(String),
+    /// Archive (`true`) or bring back.
+    Archive(bool),
+    Delete,
 }
 
 /// Everything on screen.
@@ -499,6 +546,8 @@ pub struct App {
     pub last_typed_ms: u64,
     /// A prompt was sent to a session still being created.
     pub creating: bool,
+    /// Ctrl-X was pressed in the prompt: Ctrl-E next opens the editor.
+    pub chord: bool,
 }
 
 impl App {
@@ -543,6 +592,7 @@ impl App {
             hidden: Cell::new(Hidden::default()),
             last_typed_ms: 0,
             creating: false,
+            chord: false,
         }
     }
 
@@ -638,6 +688,14 @@ pub enum Msg {
     Created(SessionRow),
     /// The launch recovery's report.
     Launched(Launch),
+    /// Session housekeeping finished.
+    Housekept {
+        session: String,
+        op: Housekeep,
+        result: Result<String, String>,
+    },
+    /// The editor exited: the prompt it left, or why there is none.
+    Edited(Result<String, String>),
 }
 
 /// What a load brought back.
@@ -727,4 +785,13 @@ pub enum Effect {
     },
     /// Run `session` on this process's provider and model from here.
     ChooseModel(String),
+    /// Rename, archive or delete a session.
+    Housekeep {
+        session: String,
+        op: Housekeep,
+    },
+    /// Put this text on the clipboard (OSC 52).
+    Copy(String),
+    /// Edit this prompt in `$VISUAL` / `$EDITOR`.
+    EditPrompt(String),
 }

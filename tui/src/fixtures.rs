@@ -436,6 +436,7 @@ pub fn chat() -> App {
     app.counts = counts();
     app.inspector.counts = counts();
     app.sessions.rows = sessions();
+    app.sessions.total = i64::try_from(app.sessions.rows.len()).unwrap_or(0);
     app.launch = launch();
     app.launch.report = Some(RecoveryReport {
         duration_ms: 3,

@@ -24,6 +24,7 @@ pub type Term = Terminal<CrosstermBackend<Stdout>>;
 #[derive(Debug)]
 pub struct Taken {
     pub terminal: Term,
+    mouse: bool,
 }
 
 impl Taken {
@@ -42,7 +43,25 @@ impl Taken {
             execute!(out, EnableMouseCapture)?;
         }
         let terminal = Terminal::new(CrosstermBackend::new(out))?;
-        Ok(Taken { terminal })
+        Ok(Taken { terminal, mouse })
+    }
+}
+
+impl Taken {
+    /// Takes the terminal back after [`restore`] handed it to another program (the
+    /// editor), and redraws everything at the next frame.
+    pub fn resume(&mut self) -> io::Result<()> {
+        enable_raw_mode()?;
+        execute!(
+            io::stdout(),
+            EnterAlternateScreen,
+            EnableBracketedPaste,
+            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+        )?;
+        if self.mouse {
+            execute!(io::stdout(), EnableMouseCapture)?;
+        }
+        self.terminal.clear()
     }
 }
 

@@ -36,10 +36,43 @@ fn app_in(context: Context) -> App {
         help: 40,
         permission: 5,
         detail: 10,
+        list: 5,
+        table: 5,
+        help_height: 12,
     });
     match context {
         Context::Prompt | Context::Always => app.pane = Pane::Prompt,
-        Context::Chat | Context::Transcript => app.pane = Pane::Transcript,
+        Context::Chat => app.pane = Pane::Transcript,
+        Context::Transcript => {
+            app.pane = Pane::Transcript;
+            // A search done, with matches above and below the view.
+            app.transcript.search = Some(crate::app::Search {
+                query: "test".into(),
+                editing: false,
+                current: None,
+            });
+            *app.transcript.found.borrow_mut() = vec![2, 30, 50];
+            // Held at the assistant whose tools ran (for y and Y).
+            app.transcript.scroll = Some(80);
+            *app.transcript.starts.borrow_mut() = vec![0, 60, 90, 95];
+            app.transcript.rendered.set(crate::app::Rendered {
+                total: 100,
+                height: 20,
+                top: 80,
+            });
+        }
+        Context::Search => {
+            app.pane = Pane::Transcript;
+            app.transcript.search = Some(crate::app::Search {
+                query: "test".into(),
+                editing: true,
+                current: None,
+            });
+        }
+        Context::Rename => app.overlay.push(Overlay::Rename {
+            session: "ses_3".into(),
+            title: "old title".into(),
+        }),
         Context::Sessions => app.pane = Pane::Sessions,
         Context::Global => {
             app.pane = Pane::Sessions;
@@ -148,7 +181,45 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
         A::NextTab => app.inspector.tab.index() == before.inspector.tab.index() + 1 && loads,
         A::PrevTab => app.inspector.tab.index() + 1 == before.inspector.tab.index() && loads,
         A::Tab(n) => app.inspector.tab == Tab::ALL[usize::from(n)],
-        A::Filter => app.inspector.editing_filter,
+        A::Filter => match context {
+            Context::Sessions => app.sessions.editing_filter,
+            _ => app.inspector.editing_filter,
+        },
+        A::ClearText => match context {
+            Context::Filter => app.inspector.filter.is_empty() && loads,
+            Context::Search => app
+                .transcript
+                .search
+                .as_ref()
+                .is_some_and(|s| s.query.is_empty()),
+            Context::Rename => {
+                matches!(app.overlay.last(), Some(Overlay::Rename { title, .. }) if title.is_empty())
+            }
+            _ => false,
+        },
+        A::Search => app.transcript.search.as_ref().is_some_and(|s| s.editing),
+        A::NextMatch | A::PrevMatch => {
+            let current = |a: &App| a.transcript.search.as_ref().and_then(|s| s.current);
+            // Down wraps around to the first match; up finds the last above the view's end.
+            current(app) == Some(if action == A::NextMatch { 2 } else { 50 })
+                && current(before).is_none()
+        }
+        A::Copy | A::CopyBlock => matches!(effects, [Effect::Copy(text)] if !text.is_empty()),
+        A::Rename => {
+            matches!(app.overlay.last(), Some(Overlay::Rename { session, .. }) if session == "ses_3")
+        }
+        A::Delete => {
+            matches!(app.overlay.last(), Some(Overlay::Delete { session, .. }) if session == "ses_3")
+        }
+        A::Archive => {
+            effects
+                == [Effect::Housekeep {
+                    session: "ses_3".into(),
+                    op: crate::app::Housekeep::Archive(true),
+                }]
+        }
+        A::ShowArchived => app.sessions.archived && loads,
+        A::EditorChord => app.chord,
         A::CycleSort => loads,
         A::Wake | A::Discard | A::Retry => {
             matches!(app.overlay.last(), Some(Overlay::Confirm { act, .. }) if act.verb() == format!("{action:?}").to_lowercase())
@@ -161,10 +232,20 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
             Context::Filter => {
                 !app.inspector.editing_filter && app.inspector.filter == "exe" && loads
             }
+            Context::Search => app.transcript.search.as_ref().is_some_and(|s| !s.editing),
+            Context::Rename => {
+                app.overlay.is_empty()
+                    && effects
+                        == [Effect::Housekeep {
+                            session: "ses_3".into(),
+                            op: crate::app::Housekeep::Rename("old title".into()),
+                        }]
+            }
             _ => false,
         },
         A::Close => match context {
             Context::Filter => !app.inspector.editing_filter && app.inspector.filter.is_empty(),
+            Context::Search => app.transcript.search.is_none(),
             _ => app.overlay.len() + 1 == before.overlay.len(),
         },
         A::Yes => {
@@ -521,7 +602,14 @@ fn an_empty_page_past_the_end_keeps_the_page_shown_and_g_goes_to_the_last_page()
         panic!("{effects:?}")
     };
     let asked = view.sessions.clone().unwrap();
-    assert_eq!(asked.after.as_deref(), Some("ses_900"));
+    // Paged by recent activity, then id (protocol §3.6).
+    assert_eq!(
+        asked.after,
+        Some(steward_engine::inspect::pages::session_key(
+            one.time_updated,
+            "ses_900"
+        ))
+    );
     // The next page is empty: the rows shown and the request stay, nothing jumps.
     update(
         &mut app,

@@ -21,7 +21,7 @@ pub fn refusal(tx: &Transaction<'_>, session_id: &str, now_ms: i64) -> Result<Op
         let id = &claim.id;
         return Ok(Some(match claim.state(now_ms) {
             ClaimState::Live => format!(
-                "it is running (execution {id}, owner {}): wait until it is idle, or cancel it where it runs",
+                "it is running: it holds a live claim (execution {id}, owner {}); wait until it is idle or cancel it where it runs (if that process died, `steward recover` reconciles it once its lease runs out)",
                 claim.owner_id
             ),
             ClaimState::Quarantined => format!(

@@ -58,10 +58,10 @@ fn resolve(store: &Store, open: Open) -> Result<(Option<String>, Option<String>)
 }
 
 pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitCode> {
+    let (open, note) = resolve(&store, open)?;
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         bail!("the terminal interface needs a terminal; see `steward --help` for the commands");
     }
-    let (open, note) = resolve(&store, open)?;
     let (permission, asks) = steward_tui::permission::channel();
     let leave =
         runtime()?.block_on(

@@ -432,22 +432,9 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         ),
     };
     let mut block = border(app, title, focused);
-    if let Some(search) = &app.transcript.search {
-        let n = app.transcript.found.borrow().len();
-        let text = if search.editing {
-            format!(" / {}▌ ", search.query)
-        } else {
-            format!(
-                " / {}  {n} line{} found ",
-                search.query,
-                if n == 1 { "" } else { "s" }
-            )
-        };
-        block = block.title_bottom(Line::from(Span::styled(text, t.style(Role::Accent))));
-    }
     let inner = block.inner(area);
-    frame.render_widget(block, area);
     if app.transcript.session.is_none() {
+        frame.render_widget(block, area);
         let hint = vec![
             Line::from(Span::styled("No session open.", t.style(Role::Title))),
             Line::from(Span::styled(
@@ -522,6 +509,20 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
     } else {
         tr.found.borrow_mut().clear();
     }
+    if let Some(search) = &app.transcript.search {
+        let n = app.transcript.found.borrow().len();
+        let text = if search.editing {
+            format!(" / {}▌ ", search.query)
+        } else {
+            format!(
+                " / {}  {n} line{} found ",
+                search.query,
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        block = block.title_bottom(Line::from(Span::styled(text, t.style(Role::Accent))));
+    }
+    frame.render_widget(block, area);
     let end = (top + height).min(total);
     let mut visible: Vec<Line> = lines[top..end].to_vec();
     if top == 0 && tr.has_older && !visible.is_empty() {

@@ -715,3 +715,204 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
     );
     assert_eq!(app.sessions.rows[app.sessions.selected].id, "ses_new");
 }
+
+fn ctrl(c: char) -> Msg {
+    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL))
+}
+
+#[test]
+fn page_down_and_up_move_the_rows_the_pane_shows_not_ten() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    let one = fixtures::sessions()[0].clone();
+    app.sessions.rows = (0..40)
+        .map(|i| {
+            let mut s = one.clone();
+            s.id = format!("ses_{i:03}");
+            s
+        })
+        .collect();
+    app.hidden.set(crate::app::Hidden {
+        list: 7,
+        table: 4,
+        ..Default::default()
+    });
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.sessions.selected, 7);
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.sessions.selected, 14);
+    update(&mut app, code(KeyCode::PageUp));
+    assert_eq!(app.sessions.selected, 7);
+    app.screen = Screen::Inspector;
+    app.inspector.tab = Tab::Claims;
+    app.inspector.rows = fixtures::claims();
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.inspector.selected, 2, "the last of three rows");
+}
+
+#[test]
+fn ctrl_u_clears_a_filter_and_the_filters_follow_typing() {
+    let mut app = fixtures::chat();
+    app.screen = Screen::Inspector;
+    update(&mut app, code(KeyCode::Char('/')));
+    for c in "exe_1".chars() {
+        update(&mut app, code(KeyCode::Char(c)));
+    }
+    assert_eq!(app.inspector.filter, "exe_1");
+    let effects = update(&mut app, ctrl('u'));
+    assert_eq!(app.inspector.filter, "");
+    assert!(app.inspector.editing_filter, "still typing");
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(view)] if view.table.as_ref().is_some_and(|t| t.2.filter.is_none()))
+    );
+
+    // The session list: `/` filters by what is typed, as it is typed.
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    update(&mut app, code(KeyCode::Char('/')));
+    let mut last = Vec::new();
+    for c in "light".chars() {
+        last = update(&mut app, code(KeyCode::Char(c)));
+    }
+    let [Effect::Load(view)] = last.as_slice() else {
+        panic!("{last:?}")
+    };
+    assert_eq!(
+        view.sessions.as_ref().and_then(|r| r.filter.as_deref()),
+        Some("light")
+    );
+    // `n` is typed into the filter, not a new session.
+    update(&mut app, code(KeyCode::Char('n')));
+    assert_eq!(app.sessions.filter, "lightn");
+    update(&mut app, ctrl('u'));
+    assert_eq!(app.sessions.filter, "");
+    update(&mut app, code(KeyCode::Char('x')));
+    update(&mut app, code(KeyCode::Enter));
+    assert!(!app.sessions.editing_filter && app.sessions.filter == "x");
+}
+
+#[test]
+fn delete_asks_first_and_deleting_the_open_session_closes_it() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    app.sessions.selected = 0;
+    app.mono_ms = 10_000;
+    assert_eq!(update(&mut app, code(KeyCode::Char('d'))), Vec::new());
+    assert!(
+        matches!(app.overlay.last(), Some(Overlay::Delete { session, .. }) if session == SESSION)
+    );
+    // Answered too soon: typing that ran on does not delete.
+    app.mono_ms += 50;
+    assert_eq!(update(&mut app, code(KeyCode::Char('y'))), Vec::new());
+    app.mono_ms += 1_000;
+    assert_eq!(
+        update(&mut app, code(KeyCode::Char('y'))),
+        vec![Effect::Housekeep {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete
+        }]
+    );
+    assert!(app.overlay.is_empty());
+    // Refused: said, and the session stays open.
+    update(
+        &mut app,
+        Msg::Housekept {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete,
+            result: Err("cannot delete session ses_1: it is running".into()),
+        },
+    );
+    assert_eq!(app.current_session(), Some(SESSION));
+    assert!(
+        app.status
+            .as_deref()
+            .is_some_and(|s| s.contains("it is running"))
+    );
+    update(
+        &mut app,
+        Msg::Housekept {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete,
+            result: Ok("deleted".into()),
+        },
+    );
+    assert_eq!(app.current_session(), None);
+}
+
+#[test]
+fn ctrl_x_ctrl_e_edits_the_prompt_and_a_failing_editor_leaves_it() {
+    let mut app = fixtures::chat();
+    app.prompt.insert_str("a long prompt");
+    assert_eq!(update(&mut app, ctrl('x')), Vec::new());
+    assert_eq!(
+        update(&mut app, ctrl('e')),
+        vec![Effect::EditPrompt("a long prompt".into())]
+    );
+    update(
+        &mut app,
+        Msg::Edited(Err("vim exited with exit status: 1".into())),
+    );
+    assert_eq!(app.prompt.lines(), ["a long prompt"]);
+    assert!(
+        app.status
+            .as_deref()
+            .is_some_and(|s| s.contains("as it was") && s.contains("vim"))
+    );
+    update(&mut app, Msg::Edited(Ok("line one\nline two".into())));
+    assert_eq!(app.prompt.lines(), ["line one", "line two"]);
+    // Ctrl-E alone (without Ctrl-X first) edits nothing.
+    assert_eq!(update(&mut app, ctrl('e')), Vec::new());
+}
+
+#[test]
+fn a_launch_with_a_session_to_open_opens_it() {
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    let mut launch = Launch::default();
+    launch.open = Some("ses_3".into());
+    let effects = update(&mut app, Msg::Launched(launch));
+    assert_eq!(app.current_session(), Some("ses_3"));
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(view)] if view.transcript.as_ref().is_some_and(|t| t.0 == "ses_3"))
+    );
+}
+
+#[test]
+fn the_row_number_counts_the_pages_before_it() {
+    let request = |after: Option<&str>, before: Option<&str>, last: bool| PageRequest {
+        after: after.map(str::to_string),
+        before: before.map(str::to_string),
+        last,
+        ..PageRequest::first(PAGE)
+    };
+    assert_eq!(
+        page_offset(&request(None, None, false), 300, 100, 100, 450),
+        0
+    );
+    assert_eq!(
+        page_offset(&request(Some("k"), None, false), 100, 100, 100, 450),
+        200
+    );
+    assert_eq!(
+        page_offset(&request(None, Some("k"), false), 200, 100, 100, 450),
+        100
+    );
+    assert_eq!(
+        page_offset(&request(None, None, true), 0, 100, 50, 450),
+        400
+    );
+}
+
+#[test]
+fn copying_takes_the_message_in_view_or_its_last_code_block() {
+    assert_eq!(
+        super::find::last_code_block("text\n```rust\nfn a() {}\n```\nmore\n```\nlast\n```\n"),
+        Some("last".into())
+    );
+    assert_eq!(super::find::last_code_block("no block"), None);
+    let mut app = fixtures::chat();
+    app.pane = Pane::Transcript;
+    let effects = update(&mut app, code(KeyCode::Char('y')));
+    let newest = app.transcript.messages.last().unwrap().data.text();
+    assert_eq!(effects, vec![Effect::Copy(newest)]);
+}

@@ -335,7 +335,10 @@ fn the_read_only_help_lists_only_the_inspectors_keys() {
     ] {
         assert!(!text.contains(chat_only), "{chat_only}: {text}");
     }
-    assert!(text.contains("inspector") && text.contains("filter the table"), "{text}");
+    assert!(
+        text.contains("inspector") && text.contains("filter the table"),
+        "{text}"
+    );
     assert_snapshot!(text);
 }
 
@@ -371,7 +374,10 @@ fn the_session_list_filtered_with_its_row_and_archived_sessions_marked() {
     let text = screen(&app, 110, 20);
     assert!(text.contains("Sessions 2 of 5"), "{text}");
     assert!(text.contains(" 2 of 2 "), "{text}");
-    assert!(text.contains("/ flaky▌") && text.contains("+archived"), "{text}");
+    assert!(
+        text.contains("/ flaky▌") && text.contains("+archived"),
+        "{text}"
+    );
     assert!(text.contains("archived"), "{text}");
     assert_snapshot!(text);
 }
@@ -385,7 +391,10 @@ fn rename_and_delete_ask_over_the_list() {
         title: "a better title".into(),
     });
     let renaming = screen(&app, 110, 24);
-    assert!(renaming.contains("New title: a better title▌"), "{renaming}");
+    assert!(
+        renaming.contains("New title: a better title▌"),
+        "{renaming}"
+    );
     assert_snapshot!("renaming_a_session", renaming);
     app.overlay.pop();
     app.overlay.push(Overlay::Delete {

@@ -868,8 +868,10 @@ fn ctrl_x_ctrl_e_edits_the_prompt_and_a_failing_editor_leaves_it() {
 fn a_launch_with_a_session_to_open_opens_it() {
     let mut app = fixtures::chat();
     app.transcript = Default::default();
-    let mut launch = Launch::default();
-    launch.open = Some("ses_3".into());
+    let launch = Launch {
+        open: Some("ses_3".into()),
+        ..Default::default()
+    };
     let effects = update(&mut app, Msg::Launched(launch));
     assert_eq!(app.current_session(), Some("ses_3"));
     assert!(

@@ -27,6 +27,11 @@ pub struct Tui {
 impl Tui {
     /// Starts `steward --data-dir … <args>` in `dir` on a `ROWS`×`COLS` terminal.
     pub fn start(env: &Env, dir: &Path, args: &[&str]) -> Tui {
+        Tui::start_with(env, dir, args, &[])
+    }
+
+    /// [`Tui::start`] with these environment variables set.
+    pub fn start_with(env: &Env, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Tui {
         let (pty, pts) = pty_process::blocking::open().unwrap();
         pty.resize(pty_process::Size::new(ROWS, COLS)).unwrap();
         let mut cmd = pty_process::blocking::Command::new(steward_bin())
@@ -44,8 +49,13 @@ impl Tui {
             "XDG_CONFIG_HOME",
             "XDG_STATE_HOME",
             "NO_COLOR",
+            "VISUAL",
+            "EDITOR",
         ] {
             cmd = cmd.env_remove(var);
+        }
+        for (name, value) in vars {
+            cmd = cmd.env(name, value);
         }
         let child = cmd.spawn(pts).unwrap();
         let pty = Arc::new(pty);
@@ -524,4 +534,49 @@ fn continue_opens_the_most_recently_active_session_and_session_opens_the_one_nam
     let tui = Tui::start(&empty, Path::new(&work), &["-c"]);
     tui.expect("No session open", Duration::from_secs(10));
     tui.expect("no session to continue yet", Duration::from_secs(5));
+}
+
+/// Ctrl-X Ctrl-E hands the prompt to `$EDITOR` and takes back what it wrote; an
+/// editor that fails leaves the prompt as it was, and says so.
+#[test]
+fn ctrl_x_ctrl_e_edits_the_prompt_in_the_editor() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let editor = env.root.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'was: %s, now edited' \"$(cat \"$1\")\" > \"$1\"\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", editor.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let tui = Tui::start_with(
+        &env,
+        Path::new(&work),
+        &[],
+        &[("EDITOR", editor.to_str().unwrap())],
+    );
+    tui.expect("Write to the agent", Duration::from_secs(10));
+    tui.keys("draft");
+    tui.expect("draft", Duration::from_secs(5));
+    tui.keys("\x18\x05");
+    tui.expect("was: draft, now edited", Duration::from_secs(10));
+    tui.expect(
+        "the prompt is as the editor left it",
+        Duration::from_secs(5),
+    );
+    drop(tui);
+
+    let tui = Tui::start_with(&env, Path::new(&work), &[], &[("EDITOR", "false")]);
+    tui.expect("Write to the agent", Duration::from_secs(10));
+    tui.keys("keep me");
+    tui.expect("keep me", Duration::from_secs(5));
+    tui.keys("\x18\x05");
+    tui.expect(
+        "the prompt is as it was: false exited",
+        Duration::from_secs(10),
+    );
+    assert!(tui.text().contains("keep me"), "{}", tui.text());
 }

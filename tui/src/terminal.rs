@@ -61,7 +61,16 @@ impl Taken {
         if self.mouse {
             execute!(io::stdout(), EnableMouseCapture)?;
         }
-        self.terminal.clear()
+        // Cleared without `Terminal::clear`, which asks the terminal where its cursor
+        // is (and waits for the answer); both buffers emptied, so the next frame is
+        // drawn whole.
+        execute!(
+            io::stdout(),
+            ratatui::crossterm::terminal::Clear(ratatui::crossterm::terminal::ClearType::All)
+        )?;
+        self.terminal.swap_buffers();
+        self.terminal.swap_buffers();
+        Ok(())
     }
 }
 

@@ -18,6 +18,7 @@ mod nothing_lost;
 mod providers;
 mod recovery;
 mod run;
+mod sessions;
 mod store_refusals;
 mod tool_processes;
 mod tui;

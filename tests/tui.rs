@@ -27,6 +27,11 @@ pub struct Tui {
 impl Tui {
     /// Starts `steward --data-dir … <args>` in `dir` on a `ROWS`×`COLS` terminal.
     pub fn start(env: &Env, dir: &Path, args: &[&str]) -> Tui {
+        Tui::start_with(env, dir, args, &[])
+    }
+
+    /// [`Tui::start`] with these environment variables set.
+    pub fn start_with(env: &Env, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Tui {
         let (pty, pts) = pty_process::blocking::open().unwrap();
         pty.resize(pty_process::Size::new(ROWS, COLS)).unwrap();
         let mut cmd = pty_process::blocking::Command::new(steward_bin())
@@ -44,8 +49,13 @@ impl Tui {
             "XDG_CONFIG_HOME",
             "XDG_STATE_HOME",
             "NO_COLOR",
+            "VISUAL",
+            "EDITOR",
         ] {
             cmd = cmd.env_remove(var);
+        }
+        for (name, value) in vars {
+            cmd = cmd.env(name, value);
         }
         let child = cmd.spawn(pts).unwrap();
         let pty = Arc::new(pty);
@@ -417,6 +427,158 @@ fn r4_19_a_commands_output_shows_while_it_runs() {
         tui.wait(Duration::from_secs(10))
             .is_some_and(|s| s.success())
     );
+}
+
+/// Three sessions made active in the order beta, gamma, alpha.
+fn three_sessions(env: &Env, work: &str) -> std::collections::BTreeMap<String, String> {
+    let script = write_script(env, "hello.toml", "[[step]]\ntext = [\"Hello.\"]\n");
+    let run = |args: &[&str]| {
+        let mut all = vec!["--script", script.as_str(), "run", "--dir", work];
+        all.extend_from_slice(args);
+        let output = env.run(&all);
+        assert!(output.status.success(), "{output:?}");
+    };
+    for title in ["alpha", "beta", "gamma"] {
+        run(&["--title", title, "hello"]);
+    }
+    let listed: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(
+        &env.run(&["sessions", "--json"]).stdout,
+    ))
+    .unwrap();
+    let ids: std::collections::BTreeMap<String, String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["title"].as_str().unwrap().to_string(),
+                s["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // The first one prompted again: the most recently active now.
+    run(&["--session", &ids["alpha"], "again"]);
+    ids
+}
+
+/// The session list's titles from top to bottom (the left pane).
+fn list_order(tui: &Tui, titles: &[&str]) -> Vec<String> {
+    let text = tui.text();
+    let mut found: Vec<(usize, String)> = titles
+        .iter()
+        .filter_map(|t| {
+            text.lines()
+                .position(|line| line.get(..34).is_some_and(|left| left.contains(t)))
+                .map(|row| (row, t.to_string()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Protocol §3.6: the list is most recently active first, and a session just
+/// prompted (here by another process) moves to the top.
+#[test]
+fn the_session_list_is_most_recently_active_first_and_a_prompted_session_moves_up() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let ids = three_sessions(&env, &work);
+    let tui = Tui::start(&env, Path::new(&work), &[]);
+    tui.expect("Sessions 3", Duration::from_secs(10));
+    let titles = ["alpha", "beta", "gamma"];
+    assert!(
+        eventually(Duration::from_secs(5), || list_order(&tui, &titles)
+            == ["alpha", "gamma", "beta"]),
+        "{}",
+        tui.text()
+    );
+    let script = write_script(&env, "hello.toml", "[[step]]\ntext = [\"Hello.\"]\n");
+    let output = env.run(&[
+        "--script",
+        &script,
+        "run",
+        "--session",
+        &ids["beta"],
+        "more",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || list_order(&tui, &titles)
+            == ["beta", "alpha", "gamma"]),
+        "{}",
+        tui.text()
+    );
+}
+
+/// `steward --continue` opens the most recently active session; `--session ID`
+/// that one.
+#[test]
+fn continue_opens_the_most_recently_active_session_and_session_opens_the_one_named() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let ids = three_sessions(&env, &work);
+    let mut tui = Tui::start(&env, Path::new(&work), &["--continue"]);
+    tui.expect("alpha · ses_", Duration::from_secs(10));
+    tui.expect("again", Duration::from_secs(5));
+    assert!(!tui.text().contains("No session open"), "{}", tui.text());
+    tui.keys("\x03");
+    assert!(
+        tui.wait(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+    drop(tui);
+    let tui = Tui::start(&env, Path::new(&work), &["--session", &ids["gamma"]]);
+    tui.expect("gamma · ses_", Duration::from_secs(10));
+    // With no session at all, it opens as without the flag and says why.
+    let empty = Env::new();
+    let tui = Tui::start(&empty, Path::new(&work), &["-c"]);
+    tui.expect("No session open", Duration::from_secs(10));
+    tui.expect("no session to continue yet", Duration::from_secs(5));
+}
+
+/// Ctrl-X Ctrl-E hands the prompt to `$EDITOR` and takes back what it wrote; an
+/// editor that fails leaves the prompt as it was, and says so.
+#[test]
+fn ctrl_x_ctrl_e_edits_the_prompt_in_the_editor() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let editor = env.root.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'was: %s, now edited' \"$(cat \"$1\")\" > \"$1\"\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", editor.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let tui = Tui::start_with(
+        &env,
+        Path::new(&work),
+        &[],
+        &[("EDITOR", editor.to_str().unwrap())],
+    );
+    tui.expect("Write to the agent", Duration::from_secs(10));
+    tui.keys("draft");
+    tui.expect("draft", Duration::from_secs(5));
+    tui.keys("\x18\x05");
+    tui.expect("was: draft, now edited", Duration::from_secs(10));
+    tui.expect(
+        "the prompt is as the editor left it",
+        Duration::from_secs(5),
+    );
+    drop(tui);
+
+    let tui = Tui::start_with(&env, Path::new(&work), &[], &[("EDITOR", "false")]);
+    tui.expect("Write to the agent", Duration::from_secs(10));
+    tui.keys("keep me");
+    tui.expect("keep me", Duration::from_secs(5));
+    tui.keys("\x18\x05");
+    tui.expect(
+        "the prompt is as it was: false exited",
+        Duration::from_secs(10),
+    );
+    assert!(tui.text().contains("keep me"), "{}", tui.text());
 }
 
 /// The terminal interface stopped (SIGSTOP) past its lease while a command runs:

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod discard;
 pub mod doctor;
+pub mod housekeeping;
 pub mod inspect;
 pub mod recover;
 pub mod run;

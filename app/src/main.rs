@@ -38,7 +38,8 @@ mod exit {
 /// and carries the agent on. With no command, Steward opens its terminal interface:
 /// sessions, the transcript, a prompt, and the inspector (press ? for the keys).
 ///
-/// The options below go before or after the command.
+/// The options below go before or after the command; `--continue` and `--session`
+/// are for the terminal interface (no command).
 #[derive(Debug, Parser)]
 #[command(name = "steward", version)]
 struct Cli {
@@ -65,6 +66,14 @@ struct Cli {
     /// terminal's own selection and scrolling keep working).
     #[arg(long, global = true)]
     mouse: bool,
+    /// Open the terminal interface on the most recently active session (archived
+    /// ones aside).
+    #[arg(short = 'c', long = "continue", conflicts_with = "session")]
+    continue_last: bool,
+    /// Open the terminal interface on this session (`ses_…`; `steward sessions`
+    /// lists them).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -87,6 +96,9 @@ enum Command {
         /// List every session.
         #[arg(long, conflicts_with = "limit")]
         all: bool,
+        /// List archived sessions too (marked `archived`; hidden otherwise).
+        #[arg(long)]
+        archived: bool,
     },
     /// Show a session's transcript, synthetic messages and tool states included.
     Show {
@@ -123,6 +135,31 @@ enum Command {
     Discard {
         /// The execution id (`exe_…`).
         execution_id: String,
+    },
+    /// Give a session a new title. Refused, with the reason, while the session runs
+    /// or holds a claim, a pending wake or a quarantined row (exit 1).
+    Rename {
+        /// The session id (`ses_…`).
+        session: String,
+        /// The new title (the words are joined with spaces).
+        #[arg(required = true, num_args = 1..)]
+        title: Vec<String>,
+    },
+    /// Archive a session: kept whole, but left out of `steward sessions` and the
+    /// terminal's session list unless asked for (`steward sessions --archived`; `A`
+    /// in the list). Refused like `rename`.
+    Archive {
+        /// The session id (`ses_…`).
+        session: String,
+        /// Bring an archived session back into the lists.
+        #[arg(long)]
+        undo: bool,
+    },
+    /// Delete a session for good: its event log and every row of it (transcript,
+    /// inputs, recovery history). Refused like `rename`; asks nothing.
+    Delete {
+        /// The session id (`ses_…`).
+        session: String,
     },
     /// An Agent Client Protocol agent on stdin/stdout, for editors and desktop shells
     /// (Zed, JetBrains IDEs, Neovim, Emacs, Tauri/Electron sidecars). Stdout carries
@@ -179,6 +216,15 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    if cli.command.is_some() && (cli.continue_last || cli.session.is_some()) {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--continue and --session open the terminal interface: give no command with them (`steward run --session ID` runs a prompt in a session)",
+            )
+            .exit();
+    }
     let paths = Paths::resolve(cli.data_dir.clone(), cli.config.clone())?;
     let config = load_config(&paths, &cli)?;
     let clock: SharedClock = SystemClock::shared();
@@ -214,18 +260,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         model_chosen: cli.provider.is_some() || cli.model.is_some(),
     };
     let Some(command) = cli.command else {
-        return commands::chat::run(&ctx, store, cli.mouse);
+        let open = match (cli.continue_last, cli.session) {
+            (_, Some(id)) => commands::chat::Open::Session(id),
+            (true, None) => commands::chat::Open::MostRecent,
+            (false, None) => commands::chat::Open::Nothing,
+        };
+        return commands::chat::run(&ctx, store, cli.mouse, open);
     };
     match command {
         Command::Run(args) => commands::run::run(&ctx, store, args),
-        Command::Sessions { json, limit, all } => {
+        Command::Sessions {
+            json,
+            limit,
+            all,
+            archived,
+        } => {
             let limit = match (limit, all, json) {
                 (_, true, _) => None,
                 (Some(n), _, _) => Some(n as usize),
                 (None, _, true) => None,
                 (None, _, false) => Some(50),
             };
-            commands::sessions::run(&store, ctx.clock.now_ms(), json, limit)
+            commands::sessions::run(&store, ctx.clock.now_ms(), json, limit, archived)
         }
         Command::Show { session, json } => commands::show::run(&store, &session, json),
         Command::Recover { json, no_wake } => commands::recover::run(&ctx, store, json, no_wake),
@@ -235,6 +291,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Doctor { json } => {
             commands::doctor::run(&store, ctx.clock.now_ms(), json, &ctx.config)
+        }
+        Command::Rename { session, title } => {
+            commands::housekeeping::rename(store, ctx.clock.now_ms(), &session, &title.join(" "))
+        }
+        Command::Archive { session, undo } => {
+            commands::housekeeping::archive(store, ctx.clock.now_ms(), &session, undo)
+        }
+        Command::Delete { session } => {
+            commands::housekeeping::delete(store, ctx.clock.now_ms(), &session)
         }
         Command::Acp => acp::run(&ctx, store),
         Command::Inspect { .. } => unreachable!("handled before the store opens"),

@@ -55,7 +55,7 @@ fn populate(conn: &mut Connection, n: usize) {
         .to_string()
     };
     store::write(conn, |tx| {
-        let mut session = tx.prepare("INSERT INTO session VALUES (?1, 'fix the failing test', '/home/user/project', ?2, ?2)")?;
+        let mut session = tx.prepare("INSERT INTO session (id, title, directory, time_created, time_updated) VALUES (?1, 'fix the failing test', '/home/user/project', ?2, ?2)")?;
         let mut message = tx.prepare("INSERT INTO session_message VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)")?;
         let mut input = tx.prepare("INSERT INTO session_input VALUES (?1, ?2, 'Fix the failing test in src/lib.rs', 'queue', 1, 2, 0, ?3)")?;
         let mut event = tx.prepare("INSERT INTO event VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)")?;

@@ -718,6 +718,38 @@ impl Engine {
             .await
     }
 
+    /// Renames a session (protocol §3.6); refused while anything holds it.
+    pub async fn rename_session(&self, session_id: &str, title: &str) -> Result<()> {
+        let now = self.services.clock.now_ms();
+        let (id, title) = (session_id.to_string(), title.to_string());
+        self.services
+            .db
+            .write(move |tx| crate::housekeeping::rename(tx, &id, &title, now))
+            .await
+    }
+
+    /// Archives a session or brings it back (protocol §3.6); refused while anything
+    /// holds it. Whether anything changed.
+    pub async fn archive_session(&self, session_id: &str, archived: bool) -> Result<bool> {
+        let now = self.services.clock.now_ms();
+        let id = session_id.to_string();
+        self.services
+            .db
+            .write(move |tx| crate::housekeeping::archive(tx, &id, archived, now))
+            .await
+    }
+
+    /// Deletes a session and every row of it (protocol §3.6); refused while
+    /// anything holds it.
+    pub async fn delete_session(&self, session_id: &str) -> Result<usize> {
+        let now = self.services.clock.now_ms();
+        let id = session_id.to_string();
+        self.services
+            .db
+            .write(move |tx| crate::housekeeping::delete(tx, &id, now))
+            .await
+    }
+
     /// Lets `tool` run without asking in every session from now on, as if it were
     /// in `tools.allow` (what the terminal interface does when the user saves it
     /// there). Never covers a guarded path.

@@ -224,6 +224,14 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+
+    /// The user gave the session a new title (protocol §3.6).
+    #[serde(rename = "session.renamed")]
+    SessionRenamed { title: String },
+
+    /// The user archived the session, or brought it back (protocol §3.6).
+    #[serde(rename = "session.archived")]
+    SessionArchived { archived: bool },
 }
 
 impl Event {
@@ -248,6 +256,8 @@ impl Event {
             Event::InspectorAction { .. } => "inspector.action",
             Event::StepReasoning { .. } => "step.reasoning",
             Event::ModelChosen { .. } => "model.chosen",
+            Event::SessionRenamed { .. } => "session.renamed",
+            Event::SessionArchived { .. } => "session.archived",
         }
     }
 

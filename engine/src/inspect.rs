@@ -49,6 +49,8 @@ pub struct SessionSummary {
     pub directory: String,
     pub state: SessionState,
     pub time_updated: i64,
+    /// Archived (protocol §3.6): listed only when asked for.
+    pub archived: bool,
 }
 
 /// Every claim, decoded without trusting it.
@@ -100,6 +102,7 @@ pub fn sessions(conn: &Connection, now_ms: i64) -> Result<Vec<SessionSummary>> {
                 directory: s.directory,
                 state,
                 time_updated: s.time_updated,
+                archived: s.archived,
             }
         })
         .collect();

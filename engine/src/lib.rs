@@ -71,6 +71,8 @@ pub mod failpoint;
 #[doc(hidden)]
 pub mod host;
 #[doc(hidden)]
+pub mod housekeeping;
+#[doc(hidden)]
 pub mod ids;
 #[doc(hidden)]
 pub mod inspector;

@@ -612,7 +612,7 @@ mod tests {
         store
             .conn()
             .execute_batch(
-                "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0), ('ses_2', 't', '/', 0, 0);
+                "INSERT INTO session (id, title, directory, time_created, time_updated) VALUES ('ses_1', 't', '/', 0, 0), ('ses_2', 't', '/', 0, 0);
                  INSERT INTO owner VALUES ('own_dead', 1, 'h', 0, NULL, NULL, NULL);
                  INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
                      VALUES ('exe_1', 'ses_1', 'own_dead', 'ready', 0, 50000),
@@ -660,7 +660,7 @@ mod release_tests {
         store
             .conn()
             .execute_batch(
-                "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0);
+                "INSERT INTO session (id, title, directory, time_created, time_updated) VALUES ('ses_1', 't', '/', 0, 0);
                  INSERT INTO owner VALUES ('own_me', 1, 'h', 0, NULL, NULL, NULL);
                  INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at, recovery_error)
                      VALUES ('exe_1', 'ses_1', 'own_me', 'ready', 0, 0, 'expires_at lies ahead');",

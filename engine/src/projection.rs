@@ -28,6 +28,8 @@ pub struct SessionRow {
     pub directory: String,
     pub time_created: i64,
     pub time_updated: i64,
+    /// Left out of the lists unless asked for (protocol §3.6).
+    pub archived: bool,
 }
 
 /// A `session_message` row.
@@ -100,6 +102,8 @@ pub fn needs(event: &Event) -> Needs {
     let mut needs = Needs::default();
     match event {
         Event::SessionCreated { .. }
+        | Event::SessionRenamed { .. }
+        | Event::SessionArchived { .. }
         | Event::InspectorAction { .. }
         | Event::CompactionStarted { .. }
         | Event::InputAdmitted { .. }
@@ -156,6 +160,7 @@ pub fn apply(p: &mut Projection, e: &EventRecord) -> Result<(), ProjectionError>
             directory: directory.clone(),
             time_created: e.time_created,
             time_updated: e.time_created,
+            archived: false,
         });
         p.touched.session = true;
         return Ok(());
@@ -165,6 +170,11 @@ pub fn apply(p: &mut Projection, e: &EventRecord) -> Result<(), ProjectionError>
         .as_mut()
         .ok_or_else(|| fail(format!("session {} does not exist", e.session_id)))?;
     session.time_updated = e.time_created;
+    match &e.event {
+        Event::SessionRenamed { title } => session.title = title.clone(),
+        Event::SessionArchived { archived } => session.archived = *archived,
+        _ => {}
+    }
     p.touched.session = true;
     Fold { p, e }.apply().map_err(fail)
 }
@@ -181,7 +191,10 @@ impl Fold<'_> {
         let e = self.e;
         match &e.event {
             Event::SessionCreated { .. } => unreachable!("handled by apply"),
-            Event::InspectorAction { .. } | Event::CompactionStarted { .. } => Ok(()),
+            Event::InspectorAction { .. }
+            | Event::CompactionStarted { .. }
+            | Event::SessionRenamed { .. }
+            | Event::SessionArchived { .. } => Ok(()),
             Event::InputAdmitted {
                 input_id,
                 prompt,

@@ -504,3 +504,23 @@ pub(crate) fn leftover_wrapper(
     let identity = crate::tools::process::identify(child.id() as i32).unwrap();
     (child, identity)
 }
+
+/// The `session` table as a file migrated only up to `0005_tool_list` holds it.
+pub(crate) const SESSION_BEFORE_0006: &str =
+    "(SELECT id, title, directory, time_created, time_updated FROM session)";
+
+/// Runs `f`, which writes through today's code, on a file migrated only up to
+/// `0005_tool_list`: the column `0006_session_housekeeping` adds is there while `f`
+/// runs, and gone after, so the file is as an older build left it.
+pub(crate) fn on_old_schema<R>(store: &mut Store, f: impl FnOnce(&mut Store) -> R) -> R {
+    store
+        .conn()
+        .execute_batch("ALTER TABLE session ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
+        .unwrap();
+    let out = f(store);
+    store
+        .conn()
+        .execute_batch("ALTER TABLE session DROP COLUMN archived")
+        .unwrap();
+    out
+}

@@ -68,6 +68,9 @@ fn main() -> ExitCode {
             dir,
             model,
         ),
+        ["quarantine", data_dir, execution, reason] => {
+            quarantine(PathBuf::from(data_dir), execution, reason)
+        }
         ["mcp-server", dir] => mcp_server::serve(PathBuf::from(dir), ""),
         ["mcp-server", dir, modes] => mcp_server::serve(PathBuf::from(dir), modes),
         _ => Err(format!("unknown helper command {args:?}")),
@@ -204,5 +207,28 @@ fn admit(data_dir: PathBuf, session: &str, prompt: &str) -> Result<(), String> {
             )
         })
         .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Quarantines the recovery row of `execution` with `reason`, as a redrive that
+/// could not go on would.
+fn quarantine(data_dir: PathBuf, execution: &str, reason: &str) -> Result<(), String> {
+    let clock = SystemClock::new();
+    let mut store = Store::open(&data_dir.join("steward.db"), &clock).map_err(|e| e.to_string())?;
+    store
+        .write(|tx| {
+            let n = tx.execute(
+                "UPDATE session_recovery SET recovery_error = ?2, wake_pending = 0
+                 WHERE execution_id = ?1",
+                [execution, reason],
+            )?;
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(steward_engine::Error::Invalid(format!(
+                    "no recovery row {execution}"
+                )))
+            }
+        })
         .map_err(|e| e.to_string())
 }

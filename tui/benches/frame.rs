@@ -42,7 +42,7 @@ fn claims_dir(target: &Path) -> PathBuf {
     let mut store = Store::open(&partial, &clock).unwrap();
     store::write(store.conn_mut(), |tx| {
         let mut session =
-            tx.prepare("INSERT INTO session VALUES (?1, 'a session', '/home/user/project', ?2, ?2)")?;
+            tx.prepare("INSERT INTO session (id, title, directory, time_created, time_updated) VALUES (?1, 'a session', '/home/user/project', ?2, ?2)")?;
         let mut claim = tx.prepare(
             "INSERT INTO session_execution (id, session_id, owner_id, epoch, phase, assistant_seq, time_created, expires_at)
              VALUES (?1, ?2, 'own_01gone', 0, 'ready', -1, ?3, ?3 + 30000)",
@@ -108,6 +108,7 @@ fn main() {
     claims_app.size = (120, 40);
     let claims_view = View {
         sessions: None,
+        archived: false,
         transcript: None,
         table: Some((Tab::Claims, ClaimOrder::Created, PageRequest::first(100))),
         owner_id: None,
@@ -125,6 +126,7 @@ fn main() {
             directory: String::new(),
             time_created: 0,
             time_updated: 0,
+            archived: false,
         });
         app
     };
@@ -133,6 +135,7 @@ fn main() {
     all_app.transcript.loaded = 2_000;
     let view_of = |extent: Extent| View {
         sessions: None,
+        archived: false,
         transcript: Some((history.long_session.clone(), extent)),
         table: None,
         owner_id: None,

@@ -199,6 +199,22 @@ pub struct Inspector {
     pub servers: usize,
     /// Lines the detail pane is scrolled down.
     pub detail_scroll: u16,
+    /// How many rows come before the page shown.
+    pub offset: usize,
+    /// The tabs' counts with the filter, while one is set.
+    pub filtered: Option<Counts>,
+}
+
+impl Inspector {
+    /// How many rows `tab` holds: those the filter matches, while one is set.
+    pub fn count(&self, tab: Tab) -> i64 {
+        match (&self.filtered, tab) {
+            (Some(filtered), t) if t != Tab::Servers && !self.filter.is_empty() => {
+                t.count(filtered, self.servers)
+            }
+            _ => tab.count(&self.counts, self.servers),
+        }
+    }
 }
 
 impl Default for Inspector {
@@ -215,6 +231,8 @@ impl Default for Inspector {
             counts: Counts::default(),
             servers: 0,
             detail_scroll: 0,
+            offset: 0,
+            filtered: None,
         }
     }
 }
@@ -229,6 +247,15 @@ pub struct SessionList {
     pub shown: PageRequest,
     /// The next load keeps `selected` as it is (a move or a new session chose it).
     pub keep_selection: bool,
+    /// Sessions whose title, directory or id contain this text (`/`).
+    pub filter: String,
+    pub editing_filter: bool,
+    /// Archived sessions are listed too (`A`).
+    pub archived: bool,
+    /// How many sessions the list holds (those the filter matches).
+    pub total: i64,
+    /// How many rows come before the page shown.
+    pub offset: usize,
 }
 
 impl Default for SessionList {
@@ -239,8 +266,18 @@ impl Default for SessionList {
             request: PageRequest::first(PAGE),
             shown: PageRequest::first(PAGE),
             keep_selection: false,
+            filter: String::new(),
+            editing_filter: false,
+            archived: false,
+            total: 0,
+            offset: 0,
         }
     }
+}
+
+/// The key the session list pages by: recent activity, then id.
+pub fn session_key(s: &SessionSummary) -> String {
+    steward_engine::inspect::pages::session_key(s.time_updated, &s.id)
 }
 
 /// How many lines of each scrollable box the last frame could not show (the most
@@ -250,6 +287,12 @@ pub struct Hidden {
     pub help: usize,
     pub permission: usize,
     pub detail: usize,
+    /// Rows the session list shows at once (a page for PgUp/PgDn).
+    pub list: usize,
+    /// Rows the inspector's table shows at once.
+    pub table: usize,
+    /// Lines the help box shows at once.
+    pub help_height: usize,
 }
 
 /// What the last frame drew of the transcript, for moves that depend on it.
@@ -292,6 +335,22 @@ pub struct Transcript {
     /// Tool output shown whole instead of its first lines.
     pub expanded: bool,
     pub rendered: Cell<Rendered>,
+    /// Searching the transcript (`/`, then `n`/`N`).
+    pub search: Option<Search>,
+    /// The lines (of those drawn) the search finds, written by the view.
+    pub found: std::cell::RefCell<Vec<usize>>,
+    /// The first line of each loaded message, written by the view.
+    pub starts: std::cell::RefCell<Vec<usize>>,
+}
+
+/// A search in the transcript.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Search {
+    pub query: String,
+    /// Still being typed.
+    pub editing: bool,
+    /// The line of the match shown (of all the transcript's lines drawn).
+    pub current: Option<usize>,
 }
 
 /// How much of a running command's output the screen keeps.
@@ -330,6 +389,10 @@ pub struct Launch {
     pub auto_continue: bool,
     /// The titles of the sessions the panel names.
     pub titles: BTreeMap<String, String>,
+    /// The session to open (`--continue`, `--session`).
+    pub open: Option<String>,
+    /// A note for the footer (`--continue` with no session to continue).
+    pub note: Option<String>,
 }
 
 /// How a session's last turn here ended when it did not end as asked: shown in its
@@ -416,6 +479,25 @@ pub enum Overlay {
         /// Lines of the input scrolled.
         scroll: u16,
     },
+    /// Typing a session's new title.
+    Rename {
+        session: String,
+        title: String,
+    },
+    /// Deleting a session, confirmed with `y`.
+    Delete {
+        session: String,
+        title: String,
+    },
+}
+
+/// Session housekeeping (protocol §3.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Housekeep {
+    Rename(String),
+    /// Archive (`true`) or bring back.
+    Archive(bool),
+    Delete,
 }
 
 /// Everything on screen.
@@ -479,6 +561,8 @@ pub struct App {
     /// stopped or paused past its lease), as (session, ms since the epoch): the
     /// header keeps saying so.
     pub lease_lost: Option<(String, i64)>,
+    /// Ctrl-X was pressed in the prompt: Ctrl-E next opens the editor.
+    pub chord: bool,
 }
 
 impl App {
@@ -524,6 +608,7 @@ impl App {
             last_typed_ms: 0,
             creating: false,
             lease_lost: None,
+            chord: false,
         }
     }
 
@@ -619,6 +704,14 @@ pub enum Msg {
     Created(SessionRow),
     /// The launch recovery's report.
     Launched(Launch),
+    /// Session housekeeping finished.
+    Housekept {
+        session: String,
+        op: Housekeep,
+        result: Result<String, String>,
+    },
+    /// The editor exited: the prompt it left, or why there is none.
+    Edited(Result<String, String>),
 }
 
 /// What a load brought back.
@@ -630,6 +723,10 @@ pub struct Loaded {
     pub transcript: Option<LoadedTranscript>,
     pub rows: Option<(PageRequest, Rows)>,
     pub own_claims: Option<Vec<(String, i64)>>,
+    /// How many sessions the session list holds (with its filter).
+    pub session_total: Option<i64>,
+    /// How many rows each inspector tab holds with the table's filter, when one is set.
+    pub filtered_counts: Option<Counts>,
     /// The MCP servers this process runs, when it runs any (`steward`).
     pub servers: Option<Vec<RunningServer>>,
     /// What could not be read (each part of a load stands alone).
@@ -667,6 +764,8 @@ pub enum Extent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct View {
     pub sessions: Option<PageRequest>,
+    /// The session list shows archived sessions too.
+    pub archived: bool,
     /// A session and which of its messages.
     pub transcript: Option<(String, Extent)>,
     pub table: Option<(Tab, ClaimOrder, PageRequest)>,
@@ -706,4 +805,13 @@ pub enum Effect {
     },
     /// Run `session` on this process's provider and model from here.
     ChooseModel(String),
+    /// Rename, archive or delete a session.
+    Housekeep {
+        session: String,
+        op: Housekeep,
+    },
+    /// Put this text on the clipboard (OSC 52).
+    Copy(String),
+    /// Edit this prompt in `$VISUAL` / `$EDITOR`.
+    EditPrompt(String),
 }

@@ -150,6 +150,7 @@ pub fn sessions() -> Vec<SessionSummary> {
         directory: "/home/me/steward".into(),
         state,
         time_updated: NOW,
+        archived: false,
     };
     vec![
         row(SESSION, "fix the flaky test", SessionState::Recovered),
@@ -390,6 +391,8 @@ pub fn launch() -> Launch {
         ]
         .into_iter()
         .collect(),
+        open: None,
+        note: None,
     }
 }
 
@@ -435,6 +438,7 @@ pub fn chat() -> App {
     app.counts = counts();
     app.inspector.counts = counts();
     app.sessions.rows = sessions();
+    app.sessions.total = i64::try_from(app.sessions.rows.len()).unwrap_or(0);
     app.launch = launch();
     app.launch.report = Some(RecoveryReport {
         duration_ms: 3,
@@ -447,6 +451,7 @@ pub fn chat() -> App {
         directory: "/home/me/steward".into(),
         time_created: NOW - 60_000,
         time_updated: NOW,
+        archived: false,
     });
     app.transcript.messages = recovered_transcript();
     app.transcript.loaded = app.transcript.messages.len();

@@ -31,6 +31,10 @@ pub enum Context {
     Permission,
     /// The help overlay.
     Help,
+    /// Typing a session's new title.
+    Rename,
+    /// Typing a search in the transcript.
+    Search,
 }
 
 impl Context {
@@ -48,6 +52,8 @@ impl Context {
             Context::Confirm => "questions",
             Context::Permission => "permission",
             Context::Help => "help",
+            Context::Rename => "renaming a session",
+            Context::Search => "searching the transcript",
         }
     }
 }
@@ -98,6 +104,23 @@ pub enum KeyAction {
     AllowAlways,
     AllowAndSave,
     Deny,
+    /// Ctrl-U: clear what is typed (a filter, a search, a title).
+    ClearText,
+    /// Search the transcript (`/`), then the next or previous match.
+    Search,
+    NextMatch,
+    PrevMatch,
+    /// The session list: rename, archive (or bring back), delete the selected
+    /// session; show archived sessions too.
+    Rename,
+    Archive,
+    Delete,
+    ShowArchived,
+    /// Copy the message in view, or its last code block or tool output (OSC 52).
+    Copy,
+    CopyBlock,
+    /// Ctrl-X, the first key of Ctrl-X Ctrl-E (the prompt in `$EDITOR`).
+    EditorChord,
 }
 
 /// A key: its code and the modifiers that must be held.
@@ -292,6 +315,62 @@ pub const KEYMAP: &[Binding] = &[
         help: "no",
     },
     Binding {
+        context: C::Prompt,
+        keys: &[ctrl('x')],
+        label: "Ctrl-X Ctrl-E",
+        action: A::EditorChord,
+        help: "edit the prompt in $VISUAL or $EDITOR (the screen comes back when it exits)",
+    },
+    Binding {
+        context: C::Filter,
+        keys: &[ctrl('u')],
+        label: "Ctrl-U",
+        action: A::ClearText,
+        help: "clear the filter (keep typing)",
+    },
+    Binding {
+        context: C::Search,
+        keys: &[key(KeyCode::Enter)],
+        label: "Enter",
+        action: A::Open,
+        help: "search, then n / N for the next or previous match",
+    },
+    Binding {
+        context: C::Search,
+        keys: &[key(KeyCode::Esc)],
+        label: "Esc",
+        action: A::Close,
+        help: "stop searching",
+    },
+    Binding {
+        context: C::Search,
+        keys: &[ctrl('u')],
+        label: "Ctrl-U",
+        action: A::ClearText,
+        help: "clear the search",
+    },
+    Binding {
+        context: C::Rename,
+        keys: &[key(KeyCode::Enter)],
+        label: "Enter",
+        action: A::Open,
+        help: "rename the session",
+    },
+    Binding {
+        context: C::Rename,
+        keys: &[key(KeyCode::Esc)],
+        label: "Esc",
+        action: A::Close,
+        help: "leave the title as it was",
+    },
+    Binding {
+        context: C::Rename,
+        keys: &[ctrl('u')],
+        label: "Ctrl-U",
+        action: A::ClearText,
+        help: "clear the title",
+    },
+    Binding {
         context: C::Filter,
         keys: &[key(KeyCode::Enter)],
         label: "Enter",
@@ -474,11 +553,81 @@ pub const KEYMAP: &[Binding] = &[
         help: "open the session and write to it",
     },
     Binding {
+        context: C::Sessions,
+        keys: &[ch('/')],
+        label: "/",
+        action: A::Filter,
+        help: "filter by title or directory as you type",
+    },
+    Binding {
+        context: C::Sessions,
+        keys: &[ch('r')],
+        label: "r",
+        action: A::Rename,
+        help: "rename the session",
+    },
+    Binding {
+        context: C::Sessions,
+        keys: &[ch('a')],
+        label: "a",
+        action: A::Archive,
+        help: "archive the session (or bring an archived one back)",
+    },
+    Binding {
+        context: C::Sessions,
+        keys: &[ch('d')],
+        label: "d",
+        action: A::Delete,
+        help: "delete the session (asks first)",
+    },
+    Binding {
+        context: C::Sessions,
+        keys: &[ch('A')],
+        label: "A",
+        action: A::ShowArchived,
+        help: "show or hide archived sessions",
+    },
+    Binding {
         context: C::Transcript,
         keys: &[key(KeyCode::Enter)],
         label: "Enter",
         action: A::Open,
         help: "expand or collapse tool output",
+    },
+    Binding {
+        context: C::Transcript,
+        keys: &[ch('/')],
+        label: "/",
+        action: A::Search,
+        help: "search the transcript",
+    },
+    Binding {
+        context: C::Transcript,
+        keys: &[ch('n')],
+        label: "n",
+        action: A::NextMatch,
+        help: "next match (down)",
+    },
+    Binding {
+        context: C::Transcript,
+        keys: &[ch('N')],
+        label: "N",
+        action: A::PrevMatch,
+        help: "previous match (up)",
+    },
+    Binding {
+        context: C::Transcript,
+        keys: &[ch('y')],
+        label: "y",
+        action: A::Copy,
+        help: "copy the message in view (the newest, or the one at the top when scrolled) to the clipboard (OSC 52)",
+    },
+    Binding {
+        context: C::Transcript,
+        keys: &[ch('Y')],
+        label: "Y",
+        action: A::CopyBlock,
+        help: "copy that message's last code block, or its last tool output",
     },
     Binding {
         context: C::Chat,
@@ -576,14 +725,14 @@ pub const KEYMAP: &[Binding] = &[
         keys: &[key(KeyCode::PageUp)],
         label: "PgUp",
         action: A::PageUp,
-        help: "page up",
+        help: "a page up (as many rows or lines as the pane shows)",
     },
     Binding {
         context: C::Global,
         keys: &[key(KeyCode::PageDown)],
         label: "PgDn",
         action: A::PageDown,
-        help: "page down",
+        help: "a page down",
     },
 ];
 
@@ -609,22 +758,29 @@ pub fn lookup(contexts: &[Context], event: &KeyEvent) -> Option<KeyAction> {
     })
 }
 
-/// The help overlay: every binding, grouped by where it applies.
-pub fn help_lines() -> Vec<(Context, &'static str, &'static str)> {
-    let order = [
-        C::Always,
-        C::Global,
-        C::Prompt,
-        C::Chat,
-        C::Sessions,
-        C::Transcript,
-        C::Inspector,
-        C::Filter,
-        C::Panel,
-        C::Permission,
-        C::Confirm,
-        C::Help,
-    ];
+/// The help overlay: every binding of the screen, grouped by where it applies —
+/// for `steward inspect` (`read_only`), only the inspector's.
+pub fn help_lines(read_only: bool) -> Vec<(Context, &'static str, &'static str)> {
+    let order: &[Context] = if read_only {
+        &[C::Always, C::Global, C::Inspector, C::Filter, C::Help]
+    } else {
+        &[
+            C::Always,
+            C::Global,
+            C::Prompt,
+            C::Chat,
+            C::Sessions,
+            C::Transcript,
+            C::Search,
+            C::Rename,
+            C::Inspector,
+            C::Filter,
+            C::Panel,
+            C::Permission,
+            C::Confirm,
+            C::Help,
+        ]
+    };
     order
         .iter()
         .flat_map(|context| {

@@ -71,9 +71,21 @@ pub fn load(reader: &mut Reader, now_ms: i64, view: &View) -> Loaded {
         Err(e) => part("counts", e),
     }
     if let Some(request) = &view.sessions {
-        match reader.sessions(now_ms, request) {
+        match reader.recent_sessions(now_ms, request, view.archived) {
             Ok(rows) => loaded.sessions = Some((request.clone(), rows)),
             Err(e) => part("sessions", e),
+        }
+        match reader.count_sessions(request, view.archived) {
+            Ok(n) => loaded.session_total = Some(n),
+            Err(e) => part("sessions", e),
+        }
+    }
+    if let Some((_, _, request)) = &view.table
+        && request.filter.is_some()
+    {
+        match reader.filtered_counts(request, now_ms) {
+            Ok(counts) => loaded.filtered_counts = Some(counts),
+            Err(e) => part("counts", e),
         }
     }
     if let Some((session_id, extent)) = &view.transcript {

@@ -120,6 +120,7 @@ struct EventLoop {
     inbox: UnboundedSender<Msg>,
     messages: mpsc::UnboundedReceiver<Msg>,
     keys: mpsc::UnboundedReceiver<Event>,
+    pause: Arc<InputPause>,
     bell: Arc<Notify>,
     _watcher: Option<Box<dyn std::any::Any>>,
     options: Options,
@@ -138,6 +139,7 @@ impl EventLoop {
             std::sync::Arc::new(move || engine.mcp_servers()) as crate::loader::Servers
         });
         let loader = Loader::spawn(reader, options.clock.clone(), servers, inbox.clone());
+        let pause = Arc::new(InputPause::default());
         let bell = Arc::new(Notify::new());
         let watcher = steward_engine::doorbell::watch(&options.data_dir, bell.clone())
             .map(|w| Box::new(w) as Box<dyn std::any::Any>);
@@ -148,7 +150,8 @@ impl EventLoop {
             loader,
             inbox,
             messages,
-            keys: terminal_events(),
+            keys: terminal_events(pause.clone()),
+            pause,
             bell,
             _watcher: watcher,
             options: options.clone(),
@@ -217,8 +220,24 @@ impl EventLoop {
             app.mono_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
             app.now_ms = app.now_ms.max(self.options.clock.now_ms());
             for effect in update(app, msg) {
-                if let Some(chosen) = self.carry_out(app, effect) {
-                    leave = chosen;
+                match effect {
+                    // The screen is handed to the editor, and taken back, here.
+                    Effect::EditPrompt(prompt) => {
+                        let edited = edit_in_editor(taken, &self.pause, &prompt);
+                        self.inbox.send(Msg::Edited(edited)).ok();
+                    }
+                    Effect::Copy(text) => {
+                        if let Err(e) = copy_to(taken.terminal.backend_mut(), &text) {
+                            self.inbox
+                                .send(Msg::Done(Err(format!("cannot copy: {e}"))))
+                                .ok();
+                        }
+                    }
+                    effect => {
+                        if let Some(chosen) = self.carry_out(app, effect) {
+                            leave = chosen;
+                        }
+                    }
                 }
             }
         }
@@ -319,6 +338,39 @@ impl EventLoop {
                     let _ = inbox.send(Msg::Done(result.map_err(|e| e.to_string())));
                 });
             }
+            Effect::Housekeep { session, op } => {
+                let engine = self.engine.clone()?;
+                let inbox = self.inbox.clone();
+                tokio::spawn(async move {
+                    use crate::app::Housekeep;
+                    let result = match &op {
+                        Housekeep::Rename(title) => engine
+                            .rename_session(&session, title)
+                            .await
+                            .map(|()| format!("renamed: {title}")),
+                        Housekeep::Archive(archived) => {
+                            engine.archive_session(&session, *archived).await.map(|_| {
+                                if *archived {
+                                    "archived: hidden from the list (A shows archived sessions)"
+                                        .into()
+                                } else {
+                                    "no longer archived".into()
+                                }
+                            })
+                        }
+                        Housekeep::Delete => engine
+                            .delete_session(&session)
+                            .await
+                            .map(|_| format!("deleted {session}")),
+                    };
+                    let _ = inbox.send(Msg::Housekept {
+                        session,
+                        op,
+                        result: result.map_err(|e| e.to_string()),
+                    });
+                });
+            }
+            Effect::EditPrompt(_) | Effect::Copy(_) => {}
             Effect::Quit { cancel_running } => {
                 if cancel_running && let Some(engine) = self.engine.clone() {
                     let (running, inbox) = (app.running.clone(), self.inbox.clone());
@@ -360,14 +412,59 @@ async fn recv_ask(asks: &mut Option<Asks>) -> Option<crate::permission::Ask> {
     }
 }
 
-/// Terminal events, read on their own thread. Reading blocks until a key, so an idle
-/// screen makes no wake-ups here.
-fn terminal_events() -> mpsc::UnboundedReceiver<Event> {
+/// Stops and restarts the input thread, so that a program the screen hands the
+/// terminal to (the editor) gets every key.
+#[derive(Debug, Default)]
+struct InputPause {
+    /// Asked to stop reading.
+    paused: std::sync::atomic::AtomicBool,
+    /// The thread has stopped reading.
+    idle: std::sync::atomic::AtomicBool,
+}
+
+/// How long the input thread waits for a key before it looks whether it must stop.
+const INPUT_POLL: Duration = Duration::from_millis(250);
+
+impl InputPause {
+    /// Stops the thread reading; returns once it has stopped (or after a second).
+    fn pause(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.idle.store(false, SeqCst);
+        self.paused.store(true, SeqCst);
+        let deadline = std::time::Instant::now() + INPUT_POLL * 4;
+        while !self.idle.load(SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn resume(&self) {
+        self.paused
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Terminal events, read on their own thread. It waits for a key in a blocking
+/// poll, waking only a few times a second to see whether it must stop reading.
+fn terminal_events(pause: Arc<InputPause>) -> mpsc::UnboundedReceiver<Event> {
+    use std::sync::atomic::Ordering::SeqCst;
     let (sender, receiver) = mpsc::unbounded_channel();
     std::thread::Builder::new()
         .name("steward-tui-input".into())
         .spawn(move || {
-            while let Ok(event) = event::read() {
+            loop {
+                if pause.paused.load(SeqCst) {
+                    pause.idle.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                match event::poll(INPUT_POLL) {
+                    Ok(false) => continue,
+                    Ok(true) => {}
+                    Err(_) => return,
+                }
+                let Ok(event) = event::read() else {
+                    return;
+                };
                 if sender.send(event).is_err() {
                     return;
                 }
@@ -375,4 +472,93 @@ fn terminal_events() -> mpsc::UnboundedReceiver<Event> {
         })
         .expect("spawn the input thread");
     receiver
+}
+
+/// Suspends the screen, runs `$VISUAL` (or `$EDITOR`) on a private temporary file
+/// holding `prompt`, takes the screen back and returns what the editor left: the
+/// new prompt, or why there is none (the prompt is then left as it was).
+fn edit_in_editor(taken: &mut Taken, pause: &InputPause, prompt: &str) -> Result<String, String> {
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        .ok_or("set $VISUAL or $EDITOR to edit the prompt in an editor")?;
+    let file = tempfile::Builder::new()
+        .prefix("steward-prompt-")
+        .suffix(".md")
+        .tempfile()
+        .map_err(|e| format!("cannot create the prompt's file: {e}"))?;
+    std::fs::write(file.path(), prompt)
+        .map_err(|e| format!("cannot write the prompt's file: {e}"))?;
+    pause.pause();
+    crate::terminal::restore();
+    // Through the shell, so that an editor with arguments (`code --wait`) works.
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("steward-editor")
+        .arg(file.path())
+        .status();
+    let back = taken.resume();
+    pause.resume();
+    back.map_err(|e| format!("cannot take the terminal back: {e}"))?;
+    match status {
+        Ok(status) if status.success() => {
+            let text = std::fs::read_to_string(file.path())
+                .map_err(|e| format!("cannot read what {editor} wrote: {e}"))?;
+            Ok(text.strip_suffix('\n').unwrap_or(&text).to_string())
+        }
+        Ok(status) => Err(format!("{editor} exited with {status}")),
+        Err(e) => Err(format!("cannot run {editor}: {e}")),
+    }
+}
+
+/// The OSC 52 sequence that puts `text` on the terminal's clipboard (tmux passes it
+/// on with `set-clipboard on`).
+pub fn osc52(text: &str) -> Vec<u8> {
+    let mut out = b"\x1b]52;c;".to_vec();
+    out.extend(base64(text.as_bytes()).into_bytes());
+    out.push(0x07);
+    out
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Writes the clipboard sequence for `text` to `out`.
+pub fn copy_to(out: &mut impl std::io::Write, text: &str) -> std::io::Result<()> {
+    out.write_all(&osc52(text))?;
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn osc52_puts_base64_text_between_the_sequence_and_bel() {
+        let mut out = Vec::new();
+        copy_to(&mut out, "héllo\n").unwrap();
+        assert_eq!(out, b"\x1b]52;c;aMOpbGxvCg==\x07");
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
 }

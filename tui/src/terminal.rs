@@ -24,6 +24,7 @@ pub type Term = Terminal<CrosstermBackend<Stdout>>;
 #[derive(Debug)]
 pub struct Taken {
     pub terminal: Term,
+    mouse: bool,
 }
 
 impl Taken {
@@ -42,7 +43,34 @@ impl Taken {
             execute!(out, EnableMouseCapture)?;
         }
         let terminal = Terminal::new(CrosstermBackend::new(out))?;
-        Ok(Taken { terminal })
+        Ok(Taken { terminal, mouse })
+    }
+}
+
+impl Taken {
+    /// Takes the terminal back after [`restore`] handed it to another program (the
+    /// editor), and redraws everything at the next frame.
+    pub fn resume(&mut self) -> io::Result<()> {
+        enable_raw_mode()?;
+        execute!(
+            io::stdout(),
+            EnterAlternateScreen,
+            EnableBracketedPaste,
+            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+        )?;
+        if self.mouse {
+            execute!(io::stdout(), EnableMouseCapture)?;
+        }
+        // Cleared without `Terminal::clear`, which asks the terminal where its cursor
+        // is (and waits for the answer); both buffers emptied, so the next frame is
+        // drawn whole.
+        execute!(
+            io::stdout(),
+            ratatui::crossterm::terminal::Clear(ratatui::crossterm::terminal::ClearType::All)
+        )?;
+        self.terminal.swap_buffers();
+        self.terminal.swap_buffers();
+        Ok(())
     }
 }
 

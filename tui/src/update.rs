@@ -182,6 +182,29 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
             app.sessions.keep_selection = true;
             vec![load(app)]
         }
+        Msg::Housekept {
+            session,
+            op,
+            result,
+        } => {
+            if result.is_ok()
+                && op == crate::app::Housekeep::Delete
+                && app.current_session() == Some(session.as_str())
+            {
+                app.transcript = Default::default();
+            }
+            handle(app, Msg::Done(result))
+        }
+        Msg::Edited(Ok(text)) => {
+            app.prompt = fresh_prompt();
+            app.prompt.insert_str(text);
+            app.status = Some("the prompt is as the editor left it: Enter sends it".into());
+            Vec::new()
+        }
+        Msg::Edited(Err(error)) => {
+            app.status = Some(format!("the prompt is as it was: {error}"));
+            Vec::new()
+        }
         Msg::Launched(launch) => {
             let lines = panel_lines(&launch);
             if let Some(report) = &launch.report
@@ -192,11 +215,19 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
                     executions: report.recovered.len() + report.quarantined.len(),
                 });
             }
+            let (open, note) = (launch.open.clone(), launch.note.clone());
             app.launch = launch;
+            if let Some(note) = note {
+                app.status = Some(note);
+            }
             if !lines.is_empty() {
                 app.overlay.push(Overlay::Panel { lines, selected: 0 });
             }
-            vec![load(app)]
+            match open {
+                // The panel, when there is one, stays on top of it.
+                Some(session) => open_session(app, &session),
+                None => vec![load(app)],
+            }
         }
     }
 }
@@ -206,7 +237,8 @@ pub fn view_of(app: &App) -> View {
     let mut table_request = app.inspector.request.clone();
     table_request.filter = Some(app.inspector.filter.clone()).filter(|f| !f.is_empty());
     View {
-        sessions: (app.mode == Mode::Chat).then(|| app.sessions.request.clone()),
+        sessions: (app.mode == Mode::Chat).then(|| sessions_request(app)),
+        archived: app.sessions.archived,
         transcript: app
             .current_session()
             .map(|s| (s.to_string(), transcript_extent(app))),
@@ -217,6 +249,13 @@ pub fn view_of(app: &App) -> View {
         )),
         owner_id: app.owner_id.clone(),
     }
+}
+
+/// The session list's page, with its filter.
+fn sessions_request(app: &App) -> PageRequest {
+    let mut request = app.sessions.request.clone();
+    request.filter = Some(app.sessions.filter.clone()).filter(|f| !f.is_empty());
+    request
 }
 
 /// Which messages the transcript loads: the newest page (or as many as are
@@ -398,8 +437,14 @@ fn apply(app: &mut App, loaded: Loaded) {
     if !loaded.errors.is_empty() {
         app.status = Some(format!("cannot read: {}", loaded.errors.join("; ")));
     }
+    if let Some(total) = loaded.session_total {
+        app.sessions.total = total;
+    }
+    if loaded.rows.is_some() {
+        app.inspector.filtered = loaded.filtered_counts;
+    }
     if let Some((request, rows)) = loaded.sessions
-        && request == app.sessions.request
+        && request == sessions_request(app)
     {
         if rows.is_empty() && !request.is_first() {
             // Past the last row (or before the first): stay on the page shown.
@@ -414,6 +459,15 @@ fn apply(app: &mut App, loaded: Loaded) {
         // A reload of the page shown keeps the selected row; another page (or a
         // new session) keeps the place the move chose.
         let refresh = request == app.sessions.shown && !app.sessions.keep_selection;
+        if request != app.sessions.shown || request.is_first() {
+            app.sessions.offset = page_offset(
+                &request,
+                app.sessions.offset,
+                app.sessions.rows.len(),
+                rows.len(),
+                loaded.session_total.unwrap_or(app.sessions.total),
+            );
+        }
         app.sessions.keep_selection = false;
         app.sessions.shown = request;
         let selected = app
@@ -429,6 +483,28 @@ fn apply(app: &mut App, loaded: Loaded) {
             .min(app.sessions.rows.len().saturating_sub(1));
     }
     apply_rest(app, loaded.transcript, loaded.rows, loaded.own_claims);
+}
+
+/// How many rows come before a page just loaded: none before the first, all but
+/// its own before the last, and one page more or less than before the page shown
+/// when paging forward or back.
+fn page_offset(
+    request: &PageRequest,
+    offset: usize,
+    shown: usize,
+    loaded: usize,
+    total: i64,
+) -> usize {
+    let total = usize::try_from(total).unwrap_or(0);
+    if request.is_first() {
+        0
+    } else if request.last {
+        total.saturating_sub(loaded)
+    } else if request.before.is_some() {
+        offset.saturating_sub(loaded)
+    } else {
+        offset + shown
+    }
 }
 
 fn apply_rest(
@@ -469,6 +545,16 @@ fn apply_rest(
             };
         } else if request == current {
             let refresh = app.inspector.shown == app.inspector.request;
+            if !refresh || request.is_first() {
+                let total = app.inspector.count(app.inspector.tab);
+                app.inspector.offset = page_offset(
+                    &request,
+                    app.inspector.offset,
+                    app.inspector.rows.len(),
+                    rows.len(),
+                    total,
+                );
+            }
             app.inspector.shown = app.inspector.request.clone();
             let key = app
                 .inspector
@@ -491,6 +577,7 @@ fn apply_rest(
     }
 }
 
+mod find;
 mod keys;
 mod navigate;
 mod questions;

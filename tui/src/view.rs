@@ -241,7 +241,20 @@ fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
         (Screen::Chat, Pane::Prompt) => {
             "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"
         }
-        (Screen::Chat, _) => "n new  Enter open  i inspector  Tab pane  ? help  q quit",
+        (Screen::Chat, Pane::Sessions) if app.sessions.editing_filter => {
+            "type to filter by title or directory  Enter keep  Esc clear  Ctrl-U clear"
+        }
+        (Screen::Chat, Pane::Sessions) => {
+            "? help  n new  Enter open  / filter  r rename  a archive  d delete  A archived  Tab pane  q quit"
+        }
+        (Screen::Chat, Pane::Transcript)
+            if app.transcript.search.as_ref().is_some_and(|s| s.editing) =>
+        {
+            "type to search  Enter find  Esc stop  Ctrl-U clear"
+        }
+        (Screen::Chat, Pane::Transcript) => {
+            "? help  / search  n/N match  y copy  Y code or output  j/k PgUp/PgDn scroll  Enter expand  Tab pane"
+        }
     };
     // A note in the read-only inspector says what is read-only itself.
     let hints = match &app.status {
@@ -326,6 +339,11 @@ fn sessions(app: &App, frame: &mut Frame, area: Rect) {
             } else {
                 (badge(app, state), state.as_str())
             };
+            let word = if s.archived && word == "idle" {
+                "archived"
+            } else {
+                word
+            };
             let room = width.saturating_sub(word.len() + 4);
             let mut title: String = s.title.chars().take(room).collect();
             if s.title.chars().count() > room && room > 0 {
@@ -350,15 +368,60 @@ fn sessions(app: &App, frame: &mut Frame, area: Rect) {
         })
         .collect();
     let focused = app.screen == Screen::Chat && app.pane == Pane::Sessions;
-    let title = format!(" Sessions {} ", app.counts.sessions);
-    let list = List::new(items)
-        .block(border(app, title, focused))
+    let list = &app.sessions;
+    let title = if list.filter.is_empty() && !list.archived {
+        format!(" Sessions {} ", list.total)
+    } else {
+        format!(" Sessions {} of {} ", list.total, app.counts.sessions)
+    };
+    let mut block = border(app, title, focused);
+    if !list.rows.is_empty() {
+        block = block.title_bottom(
+            Line::from(Span::styled(
+                format!(" {} of {} ", list.offset + list.selected + 1, list.total),
+                t.style(Role::Muted),
+            ))
+            .right_aligned(),
+        );
+    }
+    if list.editing_filter || !list.filter.is_empty() || list.archived {
+        let mut text = if list.editing_filter {
+            format!(" / {}▌ ", list.filter)
+        } else if list.filter.is_empty() {
+            String::new()
+        } else {
+            format!(" / {} ", list.filter)
+        };
+        if list.archived {
+            text.push_str(" +archived ");
+        }
+        block = block.title_bottom(Line::from(Span::styled(text, t.style(Role::Accent))));
+    }
+    let inner = block.inner(area);
+    app.hidden.set(crate::app::Hidden {
+        list: usize::from(inner.height).max(1),
+        ..app.hidden.get()
+    });
+    if items.is_empty() && (!list.filter.is_empty() || list.editing_filter) {
+        frame.render_widget(block, area);
+        frame.render_widget(
+            Paragraph::new(Span::styled(
+                format!("No session matches “{}”.", list.filter),
+                t.style(Role::Muted),
+            ))
+            .wrap(ratatui::widgets::Wrap { trim: true }),
+            inner,
+        );
+        return;
+    }
+    let widget = List::new(items)
+        .block(block)
         .highlight_style(t.style(Role::Selected));
     let mut state = ListState::default();
-    if !app.sessions.rows.is_empty() {
-        state.select(Some(app.sessions.selected));
+    if !list.rows.is_empty() {
+        state.select(Some(list.selected));
     }
-    frame.render_stateful_widget(list, area, &mut state);
+    frame.render_stateful_widget(widget, area, &mut state);
 }
 
 fn conversation(app: &App, frame: &mut Frame, area: Rect) {
@@ -395,10 +458,10 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
             if n == 1 { "" } else { "s" }
         ),
     };
-    let block = border(app, title, focused);
+    let mut block = border(app, title, focused);
     let inner = block.inner(area);
-    frame.render_widget(block, area);
     if app.transcript.session.is_none() {
+        frame.render_widget(block, area);
         let hint = vec![
             Line::from(Span::styled("No session open.", t.style(Role::Title))),
             Line::from(Span::styled(
@@ -462,6 +525,43 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         }
     };
     tr.rendered.set(crate::app::Rendered { total, height, top });
+    *tr.starts.borrow_mut() = starts.clone();
+    let search = tr.search.as_ref().filter(|s| !s.query.is_empty());
+    if let Some(search) = search {
+        let query = search.query.to_lowercase();
+        let found: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| line_text(line).to_lowercase().contains(&query))
+            .map(|(i, _)| i)
+            .collect();
+        for i in &found {
+            let role = if search.current == Some(*i) {
+                Role::Selected
+            } else {
+                Role::Accent
+            };
+            let line = &mut lines[*i];
+            *line = std::mem::take(line).patch_style(t.style(role));
+        }
+        *tr.found.borrow_mut() = found;
+    } else {
+        tr.found.borrow_mut().clear();
+    }
+    if let Some(search) = &app.transcript.search {
+        let n = app.transcript.found.borrow().len();
+        let text = if search.editing {
+            format!(" / {}▌ ", search.query)
+        } else {
+            format!(
+                " / {}  {n} line{} found ",
+                search.query,
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        block = block.title_bottom(Line::from(Span::styled(text, t.style(Role::Accent))));
+    }
+    frame.render_widget(block, area);
     let end = (top + height).min(total);
     let mut visible: Vec<Line> = lines[top..end].to_vec();
     if top == 0 && tr.has_older && !visible.is_empty() {
@@ -471,6 +571,11 @@ fn conversation(app: &App, frame: &mut Frame, area: Rect) {
         ));
     }
     frame.render_widget(Paragraph::new(visible), inner);
+}
+
+/// The text of a drawn line.
+fn line_text(line: &Line) -> String {
+    line.spans.iter().map(|s| s.content.as_ref()).collect()
 }
 
 fn prompt_box(app: &App, frame: &mut Frame, area: Rect) {

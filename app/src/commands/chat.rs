@@ -17,7 +17,48 @@ use steward_tui::app::Launch;
 use crate::context::{Context, runtime};
 use crate::output::say;
 
-pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
+/// Which session the chat opens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Open {
+    Nothing,
+    /// `--continue`: the most recently active one (archived ones aside).
+    MostRecent,
+    /// `--session ID`.
+    Session(String),
+}
+
+/// The session `open` names, checked before the screen is taken: an unknown id is
+/// an error on the command line, not an empty screen.
+fn resolve(store: &Store, open: Open) -> Result<(Option<String>, Option<String>)> {
+    let conn = store.conn();
+    Ok(match open {
+        Open::Nothing => (None, None),
+        Open::Session(id) => match steward_engine::store::rows::session(conn, &id)? {
+            Some(_) => (Some(id), None),
+            None => bail!("no session {id}: `steward sessions` lists them"),
+        },
+        Open::MostRecent => {
+            let first = steward_engine::inspect::pages::PageRequest::first(1);
+            let now = steward_engine::clock::SystemClock::new();
+            let recent = steward_engine::inspect::pages::recent_sessions(
+                conn,
+                steward_engine::clock::Clock::now_ms(&now),
+                &first,
+                false,
+            )?;
+            match recent.into_iter().next() {
+                Some(s) => (Some(s.id), None),
+                None => (
+                    None,
+                    Some("no session to continue yet: write below to start one".into()),
+                ),
+            }
+        }
+    })
+}
+
+pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitCode> {
+    let (open, note) = resolve(&store, open)?;
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         bail!("the terminal interface needs a terminal; see `steward --help` for the commands");
     }
@@ -67,6 +108,8 @@ pub fn run(ctx: &Context, store: Store, mouse: bool) -> Result<ExitCode> {
                     continued,
                     auto_continue,
                     titles,
+                    open,
+                    note,
                 };
                 let leave = steward_tui::run_chat(engine.clone(), asks, launch, options).await;
                 // Leaving takes a moment (running turns stop, and are reconciled); a second

@@ -706,7 +706,7 @@ async fn fill_message_pages(engine: &Engine) {
                 r.get::<_, i64>(0)
             })?;
             conn.execute(
-                "INSERT INTO session VALUES ('ses_pad', 'pad', '/', 0, 0)",
+                "INSERT INTO session (id, title, directory, time_created, time_updated) VALUES ('ses_pad', 'pad', '/', 0, 0)",
                 [],
             )?;
             let mut n = 0;

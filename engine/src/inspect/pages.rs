@@ -156,7 +156,7 @@ pub fn counts(conn: &Connection) -> Result<Counts> {
 pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Vec<SessionSummary>> {
     let (bound, cmp, dir) = page.descending();
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT id, title, directory, time_created, time_updated FROM session
+        "SELECT id, title, directory, time_created, time_updated, archived FROM session
          WHERE id {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR title LIKE ?2 ESCAPE '\\'
                                 OR directory LIKE ?2 ESCAPE '\\')
          ORDER BY id {dir} LIMIT ?3"
@@ -168,6 +168,7 @@ pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Ve
             directory: r.get(2)?,
             time_created: r.get(3)?,
             time_updated: r.get(4)?,
+            archived: r.get(5)?,
         })
     })?;
     let sessions = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);
@@ -180,9 +181,82 @@ pub fn sessions(conn: &Connection, now_ms: i64, page: &PageRequest) -> Result<Ve
                 title: s.title,
                 directory: s.directory,
                 time_updated: s.time_updated,
+                archived: s.archived,
             })
         })
         .collect()
+}
+
+/// The key the session list pages by ([`recent_sessions`]): its recent activity,
+/// then its id.
+pub fn session_key(time_updated: i64, id: &str) -> String {
+    format!("{time_updated}:{id}")
+}
+
+/// A [`session_key`] (or a page's open bound) as the values it stands for.
+fn session_bound(key: &str) -> Result<(i64, String)> {
+    if key.is_empty() {
+        return Ok((i64::MIN, String::new()));
+    }
+    if key == TOP {
+        return Ok((i64::MAX, TOP.to_string()));
+    }
+    key.split_once(':')
+        .and_then(|(at, id)| Some((at.parse().ok()?, id.to_string())))
+        .ok_or_else(|| crate::error::Error::Invalid(format!("not a session list key: {key}")))
+}
+
+/// Sessions, most recently active first (`time_updated`, then id; protocol §3.6),
+/// paged by [`session_key`]; archived ones only when `archived` is asked for.
+pub fn recent_sessions(
+    conn: &Connection,
+    now_ms: i64,
+    page: &PageRequest,
+    archived: bool,
+) -> Result<Vec<SessionSummary>> {
+    let (bound, cmp, dir) = page.descending();
+    let (at, id) = session_bound(&bound)?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT id, title, directory, time_updated, archived FROM session
+         WHERE (time_updated, id) {cmp} (?1, ?2) AND (?4 OR archived = 0)
+           AND (?3 IS NULL OR id LIKE ?3 ESCAPE '\\' OR title LIKE ?3 ESCAPE '\\'
+                OR directory LIKE ?3 ESCAPE '\\')
+         ORDER BY time_updated {dir}, id {dir} LIMIT ?5"
+    ))?;
+    let rows = stmt.query_map(params![at, id, page.like(), archived, page.limit()], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, bool>(4)?,
+        ))
+    })?;
+    let rows = page.arrange(rows.collect::<Result<Vec<_>, _>>()?);
+    rows.into_iter()
+        .map(|(id, title, directory, time_updated, archived)| {
+            Ok(SessionSummary {
+                state: session_state(conn, &id, now_ms)?,
+                id,
+                title,
+                directory,
+                time_updated,
+                archived,
+            })
+        })
+        .collect()
+}
+
+/// How many sessions the session list holds: those `filter` matches (all without
+/// one), archived ones only when asked for.
+pub fn count_sessions(conn: &Connection, filter: &PageRequest, archived: bool) -> Result<i64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM session WHERE (?2 OR archived = 0)
+               AND (?1 IS NULL OR id LIKE ?1 ESCAPE '\\' OR title LIKE ?1 ESCAPE '\\'
+                    OR directory LIKE ?1 ESCAPE '\\')",
+        )?
+        .query_row(params![filter.like(), archived], |r| r.get(0))?)
 }
 
 /// One session's state, from its claim, its recovery rows and its input wakes (each
@@ -225,8 +299,22 @@ pub enum ClaimOrder {
     Session,
 }
 
-/// Claims, decoded without trusting them.
-pub fn claims(conn: &Connection, order: ClaimOrder, page: &PageRequest) -> Result<Vec<ClaimRow>> {
+/// The claims a filter (`?2`) matches at `?4` (now): by what their row shows —
+/// execution, session, owner, phase, epoch, state — and their quarantine reason.
+const CLAIM_MATCH: &str = "(?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR session_id LIKE ?2 ESCAPE '\\'
+    OR owner_id LIKE ?2 ESCAPE '\\' OR phase LIKE ?2 ESCAPE '\\'
+    OR CAST(epoch AS TEXT) LIKE ?2 ESCAPE '\\' OR recovery_error LIKE ?2 ESCAPE '\\'
+    OR (CASE WHEN recovery_error IS NOT NULL THEN 'quarantined'
+             WHEN expires_at > ?4 THEN 'live' ELSE 'expired: recoverable' END) LIKE ?2 ESCAPE '\\')";
+
+/// Claims, decoded without trusting them; a filter matches what their row shows at
+/// `now_ms`.
+pub fn claims(
+    conn: &Connection,
+    order: ClaimOrder,
+    page: &PageRequest,
+    now_ms: i64,
+) -> Result<Vec<ClaimRow>> {
     let key = match order {
         ClaimOrder::Created => "id",
         ClaimOrder::Session => "session_id",
@@ -234,12 +322,59 @@ pub fn claims(conn: &Connection, order: ClaimOrder, page: &PageRequest) -> Resul
     let (bound, cmp, dir) = page.ascending();
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {CLAIM_COLUMNS} FROM session_execution
-         WHERE {key} {cmp} ?1 AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\'
-                                   OR session_id LIKE ?2 ESCAPE '\\' OR owner_id LIKE ?2 ESCAPE '\\')
+         WHERE {key} {cmp} ?1 AND {CLAIM_MATCH}
          ORDER BY {key} {dir} LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![bound, page.like(), page.limit()], claim_row)?;
+    let rows = stmt.query_map(params![bound, page.like(), page.limit(), now_ms], claim_row)?;
     Ok(page.arrange(rows.collect::<Result<_, _>>()?))
+}
+
+/// How many rows each inspector table holds that `filter`'s text matches (the
+/// session count is the session list's, archived ones aside): the tabs' counts
+/// while a filter is set.
+pub fn filtered_counts(conn: &Connection, filter: &PageRequest, now_ms: i64) -> Result<Counts> {
+    let like = filter.like();
+    let one = |sql: &str| -> Result<i64> {
+        Ok(conn
+            .prepare_cached(sql)?
+            .query_row(params![Value::Null, like, Value::Null, now_ms], |r| {
+                r.get(0)
+            })?)
+    };
+    Ok(Counts {
+        sessions: count_sessions(conn, filter, false)?,
+        claims: one(&format!(
+            "SELECT count(*) FROM session_execution WHERE {CLAIM_MATCH}"
+        ))?,
+        quarantine: one(
+            "SELECT count(*) FROM (
+                 SELECT id AS execution_id, session_id, recovery_error AS reason
+                 FROM session_execution WHERE recovery_error IS NOT NULL
+                 UNION ALL
+                 SELECT execution_id, session_id, recovery_error
+                 FROM session_recovery WHERE recovery_error IS NOT NULL)
+             WHERE ?4 IS NOT NULL AND (?2 IS NULL OR execution_id LIKE ?2 ESCAPE '\\'
+                OR session_id LIKE ?2 ESCAPE '\\' OR reason LIKE ?2 ESCAPE '\\')",
+        )?,
+        wakes: one(
+            "SELECT count(*) FROM (
+                 SELECT execution_id, continuation_message_id AS input_id, session_id
+                 FROM session_recovery WHERE wake_pending = 1 AND recovery_error IS NULL
+                 UNION ALL
+                 SELECT NULL, id, session_id
+                 FROM session_input WHERE wake_pending = 1 AND promoted_seq IS NULL)
+             WHERE ?4 IS NOT NULL AND (?2 IS NULL OR input_id LIKE ?2 ESCAPE '\\'
+                OR session_id LIKE ?2 ESCAPE '\\' OR execution_id LIKE ?2 ESCAPE '\\')",
+        )?,
+        recoveries: one(
+            "SELECT count(*) FROM session_recovery WHERE ?4 IS NOT NULL
+               AND (?2 IS NULL OR execution_id LIKE ?2 ESCAPE '\\' OR session_id LIKE ?2 ESCAPE '\\')",
+        )?,
+        owners: one(
+            "SELECT count(*) FROM owner WHERE ?4 IS NOT NULL
+               AND (?2 IS NULL OR id LIKE ?2 ESCAPE '\\' OR hostname LIKE ?2 ESCAPE '\\')",
+        )?,
+    })
 }
 
 /// The key a claims page continues after, for `order`.

@@ -142,6 +142,32 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// Sessions, most recently active first ([`pages::recent_sessions`]).
+    pub fn recent_sessions(
+        &mut self,
+        now_ms: i64,
+        page: &PageRequest,
+        archived: bool,
+    ) -> Result<Vec<SessionSummary>> {
+        Ok(self
+            .read(|c, _| pages::recent_sessions(c, now_ms, page, archived))?
+            .unwrap_or_default())
+    }
+
+    /// How many rows each inspector table holds with `filter` ([`pages::filtered_counts`]).
+    pub fn filtered_counts(&mut self, filter: &PageRequest, now_ms: i64) -> Result<Counts> {
+        Ok(self
+            .read(|c, _| pages::filtered_counts(c, filter, now_ms))?
+            .unwrap_or_default())
+    }
+
+    /// How many sessions the session list holds ([`pages::count_sessions`]).
+    pub fn count_sessions(&mut self, filter: &PageRequest, archived: bool) -> Result<i64> {
+        Ok(self
+            .read(|c, _| pages::count_sessions(c, filter, archived))?
+            .unwrap_or_default())
+    }
+
     /// One session, if it exists.
     pub fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>> {
         Ok(self.read(|c, _| rows::session(c, session_id))?.flatten())
@@ -209,7 +235,7 @@ impl Reader {
     ) -> Result<Vec<ClaimLine>> {
         Ok(self
             .read(|c, owners| {
-                let rows = pages::claims(c, order, page)?;
+                let rows = pages::claims(c, order, page, now_ms)?;
                 pages::claim_lines(c, owners, &rows, now_ms)
             })?
             .unwrap_or_default())

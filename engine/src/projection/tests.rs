@@ -86,6 +86,7 @@ fn r3_1_session_created_makes_the_session_row() {
             directory: "/w".into(),
             time_created: 1000,
             time_updated: 1000,
+            archived: false,
         })
     );
 }

@@ -36,6 +36,10 @@ pub const MIGRATIONS: &[Migration] = &[
         id: "0005_tool_list",
         sql: include_str!("../../../migrations/0005_tool_list.sql"),
     },
+    Migration {
+        id: "0006_session_housekeeping",
+        sql: include_str!("../../../migrations/0006_session_housekeeping.sql"),
+    },
 ];
 
 const CREATE_SCHEMA_MIGRATION: &str = "CREATE TABLE IF NOT EXISTS schema_migration (

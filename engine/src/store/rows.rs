@@ -12,7 +12,7 @@ use crate::projection::{InputRow, MessageRow, Needs, Projection, SessionRow};
 
 macro_rules! session_columns {
     () => {
-        "id, title, directory, time_created, time_updated"
+        "id, title, directory, time_created, time_updated, archived"
     };
 }
 macro_rules! message_columns {
@@ -33,6 +33,7 @@ fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
         directory: r.get(2)?,
         time_created: r.get(3)?,
         time_updated: r.get(4)?,
+        archived: r.get(5)?,
     })
 }
 
@@ -369,8 +370,10 @@ pub fn persist(conn: &Connection, p: &mut Projection, stored: &Stored) -> Result
         && let Some(s) = &p.session
     {
         if stored.session {
-            conn.prepare_cached("UPDATE session SET time_updated = ?2 WHERE id = ?1")?
-                .execute(params![s.id, s.time_updated])?;
+            conn.prepare_cached(
+                "UPDATE session SET time_updated = ?2, title = ?3, archived = ?4 WHERE id = ?1",
+            )?
+            .execute(params![s.id, s.time_updated, s.title, s.archived])?;
         } else {
             conn.prepare_cached(
                 "INSERT INTO session (id, title, directory, time_created, time_updated)

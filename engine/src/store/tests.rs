@@ -56,6 +56,7 @@ fn r2_5_the_migrations_create_every_table_and_index() {
             "session_recovery_continuation_message_idx",
             "session_recovery_session_idx",
             "session_recovery_wake_pending_time_created_execution_idx",
+            "session_time_updated_id_idx",
         ]
     );
     // Every table is STRICT, and nothing indexes expires_at.
@@ -170,7 +171,7 @@ fn r2_5_foreign_keys_cascade_from_session() {
 
     let conn = store.conn();
     conn.execute_batch(
-        "INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0);
+        "INSERT INTO session (id, title, directory, time_created, time_updated) VALUES ('ses_1', 't', '/', 0, 0);
          INSERT INTO session_message VALUES ('msg_1', 'ses_1', 'user', 0, 0, 0, '{}');
          INSERT INTO session_input VALUES ('inp_1', 'ses_1', 'p', 'queue', 0, NULL, 1, 0);
          INSERT INTO session_execution (id, session_id, owner_id, phase, time_created, expires_at)
@@ -202,7 +203,7 @@ fn r2_5_foreign_keys_cascade_from_session() {
 fn r2_5_phase_and_types_are_checked() {
     let store = Store::open_in_memory(&clock()).unwrap();
     let conn = store.conn();
-    conn.execute("INSERT INTO session VALUES ('ses_1', 't', '/', 0, 0)", [])
+    conn.execute("INSERT INTO session (id, title, directory, time_created, time_updated) VALUES ('ses_1', 't', '/', 0, 0)", [])
         .unwrap();
     let insert = |phase: &str, expires: &dyn rusqlite::ToSql| {
         conn.execute(
@@ -274,35 +275,37 @@ fn r2_4_upgrading_a_populated_database_keeps_every_row() {
     let first = &MIGRATIONS[..1];
     {
         let mut store = Store::open_with(&path, first, &clock).unwrap();
-        store
-            .write(|tx| {
-                for i in 0..50 {
-                    let session = format!("ses_{i:03}");
-                    append_unowned(
-                        tx,
-                        &session,
-                        1,
-                        Event::SessionCreated {
-                            title: format!("t{i}"),
-                            directory: "/w".into(),
-                        },
-                    )?;
-                    append_unowned(
-                        tx,
-                        &session,
-                        2,
-                        Event::InputAdmitted {
-                            input_id: format!("inp_{i:03}"),
-                            prompt: "hello".into(),
-                            delivery: Delivery::Queue,
-                            wake_pending: true,
-                            continuation_of: None,
-                        },
-                    )?;
-                }
-                Ok(())
-            })
-            .unwrap();
+        crate::testing::on_old_schema(&mut store, |store| {
+            store
+                .write(|tx| {
+                    for i in 0..50 {
+                        let session = format!("ses_{i:03}");
+                        append_unowned(
+                            tx,
+                            &session,
+                            1,
+                            Event::SessionCreated {
+                                title: format!("t{i}"),
+                                directory: "/w".into(),
+                            },
+                        )?;
+                        append_unowned(
+                            tx,
+                            &session,
+                            2,
+                            Event::InputAdmitted {
+                                input_id: format!("inp_{i:03}"),
+                                prompt: "hello".into(),
+                                delivery: Delivery::Queue,
+                                wake_pending: true,
+                                continuation_of: None,
+                            },
+                        )?;
+                    }
+                    Ok(())
+                })
+                .unwrap()
+        });
     }
     let snapshot = |conn: &Connection| -> Vec<String> {
         let mut out = Vec::new();
@@ -482,7 +485,7 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
     let dump = |conn: &Connection| -> Vec<String> {
         let mut out = Vec::new();
         for table in [
-            "session",
+            crate::testing::SESSION_BEFORE_0006,
             "event",
             "session_message",
             "session_input",
@@ -511,19 +514,21 @@ fn r2_4_the_session_recovery_index_migration_keeps_every_row_and_is_used() {
     };
     {
         let mut store = Store::open_with(&path, &MIGRATIONS[..1], &clock).unwrap();
-        for i in 0..30 {
-            interrupted(&mut store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
-        }
-        let p = crate::recovery::Params {
-            owner_id: "own_r".into(),
-            owners: crate::owner::Owners::new(dir.path().join("owners")),
-            lease_ms: 30_000,
-            slack_ms: crate::recovery::CLOCK_SLACK_MS,
-            killed: Default::default(),
-        };
-        // Half reconciled (recovery rows), half still claimed.
-        let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();
-        pass.next_batch(store.conn_mut(), &|| 100_000).unwrap();
+        crate::testing::on_old_schema(&mut store, |store| {
+            for i in 0..30 {
+                interrupted(store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
+            }
+            let p = crate::recovery::Params {
+                owner_id: "own_r".into(),
+                owners: crate::owner::Owners::new(dir.path().join("owners")),
+                lease_ms: 30_000,
+                slack_ms: crate::recovery::CLOCK_SLACK_MS,
+                killed: Default::default(),
+            };
+            // Half reconciled (recovery rows), half still claimed.
+            let mut pass = crate::recovery::Pass::begin(store.conn_mut(), p, &|| 100_000).unwrap();
+            pass.next_batch(store.conn_mut(), &|| 100_000).unwrap();
+        });
     }
     let before = dump(&Connection::open(&path).unwrap());
     assert!(before.iter().any(|r| r.starts_with("session_recovery: ")));
@@ -642,13 +647,20 @@ fn r2_2_migration_0003_keeps_every_row_of_a_populated_file() {
     {
         use crate::testing::{Stage, interrupted};
         let mut store = Store::open_with(&path, &MIGRATIONS[..2], &clock).unwrap();
-        for i in 0..20 {
-            interrupted(&mut store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
-        }
+        crate::testing::on_old_schema(&mut store, |store| {
+            for i in 0..20 {
+                interrupted(store, &format!("ses_{i:02}"), Stage::Tools, 1_000);
+            }
+        });
     }
     let dump = |conn: &Connection| -> Vec<String> {
         let mut out = Vec::new();
-        for table in ["session", "event", "session_message", "session_input"] {
+        for table in [
+            crate::testing::SESSION_BEFORE_0006,
+            "event",
+            "session_message",
+            "session_input",
+        ] {
             let mut stmt = conn
                 .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
                 .unwrap();

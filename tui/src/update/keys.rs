@@ -5,6 +5,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use steward_engine::inspect::pages::{ClaimOrder, PageRequest};
 
 use super::*;
+use crate::app::Housekeep;
 
 /// The contexts a key is looked up in, most specific first.
 pub(super) fn contexts(app: &App) -> Vec<Context> {
@@ -16,10 +17,21 @@ pub(super) fn contexts(app: &App) -> Vec<Context> {
             return vec![Context::Confirm, Context::Always];
         }
         Some(Overlay::Permission { .. }) => return vec![Context::Permission, Context::Always],
+        Some(Overlay::Rename { .. }) => return vec![Context::Rename, Context::Always],
+        Some(Overlay::Delete { .. }) => return vec![Context::Confirm, Context::Always],
         None => {}
     }
     match app.screen {
         Screen::Inspector if app.inspector.editing_filter => vec![Context::Filter, Context::Always],
+        Screen::Chat if app.pane == Pane::Sessions && app.sessions.editing_filter => {
+            vec![Context::Filter, Context::Always]
+        }
+        Screen::Chat
+            if app.pane == Pane::Transcript
+                && app.transcript.search.as_ref().is_some_and(|s| s.editing) =>
+        {
+            vec![Context::Search, Context::Always]
+        }
         Screen::Inspector => vec![Context::Inspector, Context::Global, Context::Always],
         Screen::Chat => match app.pane {
             Pane::Prompt => vec![Context::Prompt, Context::Always],
@@ -68,6 +80,15 @@ pub(super) fn on_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
         return if quits { quit(app) } else { Vec::new() };
     }
     let _ = previous_key;
+    if std::mem::take(&mut app.chord)
+        && key.code == KeyCode::Char('e')
+        && key.modifiers.contains(KeyModifiers::CONTROL)
+        && app.overlay.is_empty()
+        && app.screen == Screen::Chat
+        && app.pane == Pane::Prompt
+    {
+        return vec![Effect::EditPrompt(app.prompt.lines().join("\n"))];
+    }
     match lookup(&contexts(app), &key) {
         Some(action) if is_answer(action) && typed_ahead(app) => {
             app.last_typed_ms = app.mono_ms;
@@ -98,6 +119,11 @@ pub(super) fn typed_ahead(app: &App) -> bool {
 
 /// A key no binding takes: text for the prompt or the filter.
 pub(super) fn type_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
+    if let Some(Overlay::Rename { title, .. }) = app.overlay.last_mut() {
+        edit_line(title, key);
+        app.last_typed_ms = app.mono_ms;
+        return Vec::new();
+    }
     if !app.overlay.is_empty() {
         // A key a question does not take is typing that ran on into it.
         app.last_typed_ms = app.mono_ms;
@@ -116,11 +142,47 @@ pub(super) fn type_key(app: &mut App, key: KeyEvent) -> Vec<Effect> {
         }
         return refilter(app);
     }
+    if app.screen == Screen::Chat && app.pane == Pane::Sessions && app.sessions.editing_filter {
+        app.last_typed_ms = app.mono_ms;
+        if edit_line(&mut app.sessions.filter, key) {
+            return refilter_sessions(app);
+        }
+        return Vec::new();
+    }
+    if app.screen == Screen::Chat
+        && app.pane == Pane::Transcript
+        && let Some(search) = app.transcript.search.as_mut().filter(|s| s.editing)
+    {
+        app.last_typed_ms = app.mono_ms;
+        if edit_line(&mut search.query, key) {
+            search.current = None;
+        }
+        return Vec::new();
+    }
     if app.screen == Screen::Chat && app.pane == Pane::Prompt {
         app.last_typed_ms = app.mono_ms;
         app.prompt.input(key);
     }
     Vec::new()
+}
+
+/// Types `key` into a one-line text; whether it changed.
+fn edit_line(text: &mut String, key: KeyEvent) -> bool {
+    match key.code {
+        KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+            text.push(c);
+            true
+        }
+        KeyCode::Backspace => text.pop().is_some(),
+        _ => false,
+    }
+}
+
+/// The session list's filter changed: its first matching page.
+pub(super) fn refilter_sessions(app: &mut App) -> Vec<Effect> {
+    app.sessions.request = PageRequest::first(PAGE);
+    app.sessions.selected = 0;
+    vec![load(app)]
 }
 
 /// The filter changed: the table shows its first matching page.
@@ -242,7 +304,43 @@ pub(super) fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
             vec![load(app)]
         }
         A::Filter => {
-            app.inspector.editing_filter = true;
+            if app.screen == Screen::Chat {
+                app.sessions.editing_filter = true;
+            } else {
+                app.inspector.editing_filter = true;
+            }
+            Vec::new()
+        }
+        A::ClearText => clear_text(app),
+        A::Search => {
+            app.transcript.search = Some(crate::app::Search {
+                editing: true,
+                ..Default::default()
+            });
+            Vec::new()
+        }
+        A::NextMatch => {
+            super::find::next_match(app, true);
+            Vec::new()
+        }
+        A::PrevMatch => {
+            super::find::next_match(app, false);
+            Vec::new()
+        }
+        A::Copy | A::CopyBlock => super::find::copy(app, action == A::CopyBlock),
+        A::Rename | A::Archive | A::Delete => housekeep(app, action),
+        A::ShowArchived => {
+            app.sessions.archived = !app.sessions.archived;
+            app.status = Some(if app.sessions.archived {
+                "archived sessions are listed too (marked archived): A hides them".into()
+            } else {
+                "archived sessions are hidden: A lists them too".into()
+            });
+            refilter_sessions(app)
+        }
+        A::EditorChord => {
+            app.chord = true;
+            app.status = Some("Ctrl-X: Ctrl-E edits the prompt in $EDITOR".into());
             Vec::new()
         }
         A::CycleSort => {
@@ -284,6 +382,13 @@ pub(super) fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 app.quit = true;
                 vec![Effect::Quit {
                     cancel_running: false,
+                }]
+            }
+            Some(Overlay::Delete { session, .. }) => {
+                app.status = Some(format!("deleting {session}…"));
+                vec![Effect::Housekeep {
+                    session,
+                    op: Housekeep::Delete,
                 }]
             }
             _ => Vec::new(),
@@ -350,4 +455,52 @@ pub(super) fn quit(app: &mut App) -> Vec<Effect> {
         });
     }
     Vec::new()
+}
+
+/// Ctrl-U: clears what is being typed.
+fn clear_text(app: &mut App) -> Vec<Effect> {
+    if let Some(Overlay::Rename { title, .. }) = app.overlay.last_mut() {
+        title.clear();
+        return Vec::new();
+    }
+    if app.screen == Screen::Inspector && app.inspector.editing_filter {
+        app.inspector.filter.clear();
+        return refilter(app);
+    }
+    if app.screen == Screen::Chat && app.pane == Pane::Sessions && app.sessions.editing_filter {
+        app.sessions.filter.clear();
+        return refilter_sessions(app);
+    }
+    if let Some(search) = app.transcript.search.as_mut() {
+        search.query.clear();
+        search.current = None;
+    }
+    Vec::new()
+}
+
+/// `r`, `a` and `d` on the selected session: rename (asks for the title), archive
+/// or bring back, delete (asks first). The engine refuses, with the reason, while
+/// anything holds the session.
+fn housekeep(app: &mut App, action: KeyAction) -> Vec<Effect> {
+    if app.mode != Mode::Chat {
+        return Vec::new();
+    }
+    let Some(s) = app.sessions.rows.get(app.sessions.selected) else {
+        return Vec::new();
+    };
+    let (session, title) = (s.id.clone(), s.title.clone());
+    match action {
+        KeyAction::Rename => {
+            app.overlay.push(Overlay::Rename { session, title });
+            Vec::new()
+        }
+        KeyAction::Delete => {
+            app.overlay.push(Overlay::Delete { session, title });
+            Vec::new()
+        }
+        _ => vec![Effect::Housekeep {
+            session,
+            op: Housekeep::Archive(!s.archived),
+        }],
+    }
 }

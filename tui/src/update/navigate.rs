@@ -36,11 +36,12 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
         Some(Overlay::Help { scroll }) => {
             // From where the view is (the window may have grown since).
             *scroll = (*scroll).min(app.hidden.get().help);
+            let page = app.hidden.get().help_height.saturating_sub(1).max(1);
             *scroll = match action {
                 A::Up => scroll.saturating_sub(1),
                 A::Down => *scroll + 1,
-                A::PageUp => scroll.saturating_sub(10),
-                A::PageDown => *scroll + 10,
+                A::PageUp => scroll.saturating_sub(page),
+                A::PageDown => *scroll + page,
                 A::Top => 0,
                 _ => *scroll,
             };
@@ -49,7 +50,7 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
             return Vec::new();
         }
         Some(Overlay::Panel { lines, selected }) => {
-            *selected = step(*selected, lines.len(), action);
+            *selected = step(*selected, lines.len(), action, 10);
             return Vec::new();
         }
         Some(Overlay::Permission { scroll, .. }) => {
@@ -106,7 +107,7 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
             i.selected = PAGE - 1;
             return vec![load(app)];
         }
-        i.selected = step(i.selected, n, action);
+        i.selected = step(i.selected, n, action, app.hidden.get().table);
         return Vec::new();
     }
     match app.pane {
@@ -115,7 +116,7 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
             let n = list.rows.len();
             if matches!(action, A::Down | A::PageDown) && list.selected + 1 >= n && n == PAGE {
                 list.request = PageRequest {
-                    after: list.rows.last().map(|s| s.id.clone()),
+                    after: list.rows.last().map(crate::app::session_key),
                     ..PageRequest::first(PAGE)
                 };
                 list.selected = 0;
@@ -127,7 +128,7 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 && n > 0
             {
                 list.request = PageRequest {
-                    before: list.rows.first().map(|s| s.id.clone()),
+                    before: list.rows.first().map(crate::app::session_key),
                     ..PageRequest::first(PAGE)
                 };
                 list.selected = PAGE - 1;
@@ -143,7 +144,7 @@ pub(super) fn navigate(app: &mut App, action: KeyAction) -> Vec<Effect> {
                 list.selected = PAGE - 1;
                 return vec![load(app)];
             }
-            list.selected = step(list.selected, n, action);
+            list.selected = step(list.selected, n, action, app.hidden.get().list);
             Vec::new()
         }
         Pane::Transcript => scroll_transcript(app, action),
@@ -193,14 +194,17 @@ pub(super) fn scroll_transcript(app: &mut App, action: KeyAction) -> Vec<Effect>
     Vec::new()
 }
 
-pub(super) fn step(selected: usize, len: usize, action: KeyAction) -> usize {
+/// The selection after `action` in a list of `len` rows that shows `page` at once
+/// (PgUp/PgDn move that many).
+pub(super) fn step(selected: usize, len: usize, action: KeyAction, page: usize) -> usize {
     use KeyAction as A;
     let last = len.saturating_sub(1);
+    let page = page.max(1);
     match action {
         A::Up => selected.saturating_sub(1),
         A::Down => (selected + 1).min(last),
-        A::PageUp => selected.saturating_sub(10),
-        A::PageDown => (selected + 10).min(last),
+        A::PageUp => selected.saturating_sub(page),
+        A::PageDown => (selected + page).min(last),
         A::Top => 0,
         A::Bottom => last,
         _ => selected,
@@ -208,6 +212,18 @@ pub(super) fn step(selected: usize, len: usize, action: KeyAction) -> usize {
 }
 
 pub(super) fn open(app: &mut App) -> Vec<Effect> {
+    if let Some(Overlay::Rename { session, title }) = app.overlay.last() {
+        if title.trim().is_empty() {
+            app.status = Some("a title cannot be empty: type one, or Esc".into());
+            return Vec::new();
+        }
+        let (session, title) = (session.clone(), title.trim().to_string());
+        app.overlay.pop();
+        return vec![Effect::Housekeep {
+            session,
+            op: crate::app::Housekeep::Rename(title),
+        }];
+    }
     if let Some(Overlay::Panel { lines, selected }) = app.overlay.last() {
         let Some(line) = lines.get(*selected).cloned() else {
             return Vec::new();
@@ -228,6 +244,17 @@ pub(super) fn open(app: &mut App) -> Vec<Effect> {
             app.inspector.editing_filter = false;
             return refilter(app);
         }
+        return Vec::new();
+    }
+    if app.pane == Pane::Sessions && app.sessions.editing_filter {
+        app.sessions.editing_filter = false;
+        return Vec::new();
+    }
+    if app.pane == Pane::Transcript
+        && let Some(search) = app.transcript.search.as_mut().filter(|s| s.editing)
+    {
+        search.editing = false;
+        super::find::next_match(app, true);
         return Vec::new();
     }
     match app.pane {
@@ -258,6 +285,7 @@ pub(super) fn open_session(app: &mut App, session_id: &str) -> Vec<Effect> {
             directory: String::new(),
             time_created: 0,
             time_updated: 0,
+            archived: false,
         });
     }
     vec![load(app)]
@@ -266,9 +294,19 @@ pub(super) fn open_session(app: &mut App, session_id: &str) -> Vec<Effect> {
 pub(super) fn close(app: &mut App) -> Vec<Effect> {
     if matches!(
         app.overlay.last(),
-        Some(Overlay::Help { .. } | Overlay::Panel { .. })
+        Some(Overlay::Help { .. } | Overlay::Panel { .. } | Overlay::Rename { .. })
     ) {
         app.overlay.pop();
+        return Vec::new();
+    }
+    if app.screen == Screen::Chat && app.pane == Pane::Sessions && app.sessions.editing_filter {
+        app.sessions.editing_filter = false;
+        app.sessions.filter.clear();
+        return super::keys::refilter_sessions(app);
+    }
+    if app.screen == Screen::Chat && app.pane == Pane::Transcript && app.transcript.search.is_some()
+    {
+        app.transcript.search = None;
         return Vec::new();
     }
     if app.screen == Screen::Inspector && app.inspector.editing_filter {

@@ -36,10 +36,43 @@ fn app_in(context: Context) -> App {
         help: 40,
         permission: 5,
         detail: 10,
+        list: 5,
+        table: 5,
+        help_height: 12,
     });
     match context {
         Context::Prompt | Context::Always => app.pane = Pane::Prompt,
-        Context::Chat | Context::Transcript => app.pane = Pane::Transcript,
+        Context::Chat => app.pane = Pane::Transcript,
+        Context::Transcript => {
+            app.pane = Pane::Transcript;
+            // A search done, with matches above and below the view.
+            app.transcript.search = Some(crate::app::Search {
+                query: "test".into(),
+                editing: false,
+                current: None,
+            });
+            *app.transcript.found.borrow_mut() = vec![2, 30, 50];
+            // Held at the assistant whose tools ran (for y and Y).
+            app.transcript.scroll = Some(80);
+            *app.transcript.starts.borrow_mut() = vec![0, 60, 90, 95];
+            app.transcript.rendered.set(crate::app::Rendered {
+                total: 100,
+                height: 20,
+                top: 80,
+            });
+        }
+        Context::Search => {
+            app.pane = Pane::Transcript;
+            app.transcript.search = Some(crate::app::Search {
+                query: "test".into(),
+                editing: true,
+                current: None,
+            });
+        }
+        Context::Rename => app.overlay.push(Overlay::Rename {
+            session: "ses_3".into(),
+            title: "old title".into(),
+        }),
         Context::Sessions => app.pane = Pane::Sessions,
         Context::Global => {
             app.pane = Pane::Sessions;
@@ -148,7 +181,45 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
         A::NextTab => app.inspector.tab.index() == before.inspector.tab.index() + 1 && loads,
         A::PrevTab => app.inspector.tab.index() + 1 == before.inspector.tab.index() && loads,
         A::Tab(n) => app.inspector.tab == Tab::ALL[usize::from(n)],
-        A::Filter => app.inspector.editing_filter,
+        A::Filter => match context {
+            Context::Sessions => app.sessions.editing_filter,
+            _ => app.inspector.editing_filter,
+        },
+        A::ClearText => match context {
+            Context::Filter => app.inspector.filter.is_empty() && loads,
+            Context::Search => app
+                .transcript
+                .search
+                .as_ref()
+                .is_some_and(|s| s.query.is_empty()),
+            Context::Rename => {
+                matches!(app.overlay.last(), Some(Overlay::Rename { title, .. }) if title.is_empty())
+            }
+            _ => false,
+        },
+        A::Search => app.transcript.search.as_ref().is_some_and(|s| s.editing),
+        A::NextMatch | A::PrevMatch => {
+            let current = |a: &App| a.transcript.search.as_ref().and_then(|s| s.current);
+            // Down wraps around to the first match; up finds the last above the view's end.
+            current(app) == Some(if action == A::NextMatch { 2 } else { 50 })
+                && current(before).is_none()
+        }
+        A::Copy | A::CopyBlock => matches!(effects, [Effect::Copy(text)] if !text.is_empty()),
+        A::Rename => {
+            matches!(app.overlay.last(), Some(Overlay::Rename { session, .. }) if session == "ses_3")
+        }
+        A::Delete => {
+            matches!(app.overlay.last(), Some(Overlay::Delete { session, .. }) if session == "ses_3")
+        }
+        A::Archive => {
+            effects
+                == [Effect::Housekeep {
+                    session: "ses_3".into(),
+                    op: crate::app::Housekeep::Archive(true),
+                }]
+        }
+        A::ShowArchived => app.sessions.archived && loads,
+        A::EditorChord => app.chord,
         A::CycleSort => loads,
         A::Wake | A::Discard | A::Retry => {
             matches!(app.overlay.last(), Some(Overlay::Confirm { act, .. }) if act.verb() == format!("{action:?}").to_lowercase())
@@ -161,10 +232,20 @@ fn did(action: KeyAction, context: Context, before: &App, app: &App, effects: &[
             Context::Filter => {
                 !app.inspector.editing_filter && app.inspector.filter == "exe" && loads
             }
+            Context::Search => app.transcript.search.as_ref().is_some_and(|s| !s.editing),
+            Context::Rename => {
+                app.overlay.is_empty()
+                    && effects
+                        == [Effect::Housekeep {
+                            session: "ses_3".into(),
+                            op: crate::app::Housekeep::Rename("old title".into()),
+                        }]
+            }
             _ => false,
         },
         A::Close => match context {
             Context::Filter => !app.inspector.editing_filter && app.inspector.filter.is_empty(),
+            Context::Search => app.transcript.search.is_none(),
             _ => app.overlay.len() + 1 == before.overlay.len(),
         },
         A::Yes => {
@@ -599,7 +680,14 @@ fn an_empty_page_past_the_end_keeps_the_page_shown_and_g_goes_to_the_last_page()
         panic!("{effects:?}")
     };
     let asked = view.sessions.clone().unwrap();
-    assert_eq!(asked.after.as_deref(), Some("ses_900"));
+    // Paged by recent activity, then id (protocol §3.6).
+    assert_eq!(
+        asked.after,
+        Some(steward_engine::inspect::pages::session_key(
+            one.time_updated,
+            "ses_900"
+        ))
+    );
     // The next page is empty: the rows shown and the request stay, nothing jumps.
     update(
         &mut app,
@@ -690,6 +778,7 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
             directory: "/".into(),
             time_created: 0,
             time_updated: 0,
+            archived: false,
         }),
     );
     let mut rows = vec![created];
@@ -703,6 +792,209 @@ fn a_new_session_is_the_one_selected_once_the_list_reloads() {
         })),
     );
     assert_eq!(app.sessions.rows[app.sessions.selected].id, "ses_new");
+}
+
+fn ctrl(c: char) -> Msg {
+    Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL))
+}
+
+#[test]
+fn page_down_and_up_move_the_rows_the_pane_shows_not_ten() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    let one = fixtures::sessions()[0].clone();
+    app.sessions.rows = (0..40)
+        .map(|i| {
+            let mut s = one.clone();
+            s.id = format!("ses_{i:03}");
+            s
+        })
+        .collect();
+    app.hidden.set(crate::app::Hidden {
+        list: 7,
+        table: 4,
+        ..Default::default()
+    });
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.sessions.selected, 7);
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.sessions.selected, 14);
+    update(&mut app, code(KeyCode::PageUp));
+    assert_eq!(app.sessions.selected, 7);
+    app.screen = Screen::Inspector;
+    app.inspector.tab = Tab::Claims;
+    app.inspector.rows = fixtures::claims();
+    update(&mut app, code(KeyCode::PageDown));
+    assert_eq!(app.inspector.selected, 2, "the last of three rows");
+}
+
+#[test]
+fn ctrl_u_clears_a_filter_and_the_filters_follow_typing() {
+    let mut app = fixtures::chat();
+    app.screen = Screen::Inspector;
+    update(&mut app, code(KeyCode::Char('/')));
+    for c in "exe_1".chars() {
+        update(&mut app, code(KeyCode::Char(c)));
+    }
+    assert_eq!(app.inspector.filter, "exe_1");
+    let effects = update(&mut app, ctrl('u'));
+    assert_eq!(app.inspector.filter, "");
+    assert!(app.inspector.editing_filter, "still typing");
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(view)] if view.table.as_ref().is_some_and(|t| t.2.filter.is_none()))
+    );
+
+    // The session list: `/` filters by what is typed, as it is typed.
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    update(&mut app, code(KeyCode::Char('/')));
+    let mut last = Vec::new();
+    for c in "light".chars() {
+        last = update(&mut app, code(KeyCode::Char(c)));
+    }
+    let [Effect::Load(view)] = last.as_slice() else {
+        panic!("{last:?}")
+    };
+    assert_eq!(
+        view.sessions.as_ref().and_then(|r| r.filter.as_deref()),
+        Some("light")
+    );
+    // `n` is typed into the filter, not a new session.
+    update(&mut app, code(KeyCode::Char('n')));
+    assert_eq!(app.sessions.filter, "lightn");
+    update(&mut app, ctrl('u'));
+    assert_eq!(app.sessions.filter, "");
+    update(&mut app, code(KeyCode::Char('x')));
+    update(&mut app, code(KeyCode::Enter));
+    assert!(!app.sessions.editing_filter && app.sessions.filter == "x");
+}
+
+#[test]
+fn delete_asks_first_and_deleting_the_open_session_closes_it() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    app.sessions.selected = 0;
+    app.mono_ms = 10_000;
+    assert_eq!(update(&mut app, code(KeyCode::Char('d'))), Vec::new());
+    assert!(
+        matches!(app.overlay.last(), Some(Overlay::Delete { session, .. }) if session == SESSION)
+    );
+    // Answered too soon: typing that ran on does not delete.
+    app.mono_ms += 50;
+    assert_eq!(update(&mut app, code(KeyCode::Char('y'))), Vec::new());
+    app.mono_ms += 1_000;
+    assert_eq!(
+        update(&mut app, code(KeyCode::Char('y'))),
+        vec![Effect::Housekeep {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete
+        }]
+    );
+    assert!(app.overlay.is_empty());
+    // Refused: said, and the session stays open.
+    update(
+        &mut app,
+        Msg::Housekept {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete,
+            result: Err("cannot delete session ses_1: it is running".into()),
+        },
+    );
+    assert_eq!(app.current_session(), Some(SESSION));
+    assert!(
+        app.status
+            .as_deref()
+            .is_some_and(|s| s.contains("it is running"))
+    );
+    update(
+        &mut app,
+        Msg::Housekept {
+            session: SESSION.into(),
+            op: crate::app::Housekeep::Delete,
+            result: Ok("deleted".into()),
+        },
+    );
+    assert_eq!(app.current_session(), None);
+}
+
+#[test]
+fn ctrl_x_ctrl_e_edits_the_prompt_and_a_failing_editor_leaves_it() {
+    let mut app = fixtures::chat();
+    app.prompt.insert_str("a long prompt");
+    assert_eq!(update(&mut app, ctrl('x')), Vec::new());
+    assert_eq!(
+        update(&mut app, ctrl('e')),
+        vec![Effect::EditPrompt("a long prompt".into())]
+    );
+    update(
+        &mut app,
+        Msg::Edited(Err("vim exited with exit status: 1".into())),
+    );
+    assert_eq!(app.prompt.lines(), ["a long prompt"]);
+    assert!(
+        app.status
+            .as_deref()
+            .is_some_and(|s| s.contains("as it was") && s.contains("vim"))
+    );
+    update(&mut app, Msg::Edited(Ok("line one\nline two".into())));
+    assert_eq!(app.prompt.lines(), ["line one", "line two"]);
+    // Ctrl-E alone (without Ctrl-X first) edits nothing.
+    assert_eq!(update(&mut app, ctrl('e')), Vec::new());
+}
+
+#[test]
+fn a_launch_with_a_session_to_open_opens_it() {
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    let launch = Launch {
+        open: Some("ses_3".into()),
+        ..Default::default()
+    };
+    let effects = update(&mut app, Msg::Launched(launch));
+    assert_eq!(app.current_session(), Some("ses_3"));
+    assert!(
+        matches!(effects.as_slice(), [Effect::Load(view)] if view.transcript.as_ref().is_some_and(|t| t.0 == "ses_3"))
+    );
+}
+
+#[test]
+fn the_row_number_counts_the_pages_before_it() {
+    let request = |after: Option<&str>, before: Option<&str>, last: bool| PageRequest {
+        after: after.map(str::to_string),
+        before: before.map(str::to_string),
+        last,
+        ..PageRequest::first(PAGE)
+    };
+    assert_eq!(
+        page_offset(&request(None, None, false), 300, 100, 100, 450),
+        0
+    );
+    assert_eq!(
+        page_offset(&request(Some("k"), None, false), 100, 100, 100, 450),
+        200
+    );
+    assert_eq!(
+        page_offset(&request(None, Some("k"), false), 200, 100, 100, 450),
+        100
+    );
+    assert_eq!(
+        page_offset(&request(None, None, true), 0, 100, 50, 450),
+        400
+    );
+}
+
+#[test]
+fn copying_takes_the_message_in_view_or_its_last_code_block() {
+    assert_eq!(
+        super::find::last_code_block("text\n```rust\nfn a() {}\n```\nmore\n```\nlast\n```\n"),
+        Some("last".into())
+    );
+    assert_eq!(super::find::last_code_block("no block"), None);
+    let mut app = fixtures::chat();
+    app.pane = Pane::Transcript;
+    let effects = update(&mut app, code(KeyCode::Char('y')));
+    let newest = app.transcript.messages.last().unwrap().data.text();
+    assert_eq!(effects, vec![Effect::Copy(newest)]);
 }
 
 #[test]

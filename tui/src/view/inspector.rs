@@ -33,11 +33,7 @@ fn tab_line(app: &App) -> Line<'static> {
         if i > 0 {
             spans.push(Span::styled(" │ ", t.style(Role::Muted)));
         }
-        let text = format!(
-            "{} {}",
-            tab.title(),
-            tab.count(&app.inspector.counts, app.inspector.servers)
-        );
+        let text = format!("{} {}", tab.title(), app.inspector.count(*tab));
         let role = if *tab == app.inspector.tab {
             Role::Selected
         } else {
@@ -318,6 +314,10 @@ fn render_table(app: &App, frame: &mut Frame, area: Rect) {
     };
     let empty = rows.is_empty();
     let servers_here = app.mode == Mode::Chat;
+    app.hidden.set(crate::app::Hidden {
+        table: usize::from(area.height.saturating_sub(1)).max(1),
+        ..app.hidden.get()
+    });
     // The marker's column is kept with no row selected too, so that the header of
     // an empty table stands where it does over rows.
     let table = Table::new(rows, widths)
@@ -387,9 +387,23 @@ fn render_detail(app: &App, frame: &mut Frame, area: Rect) {
         Some(e) => format!(" {e} "),
         None => " detail ".to_string(),
     };
-    let block = Block::bordered()
+    let mut block = Block::bordered()
         .title(Line::from(Span::styled(title, t.style(Role::Muted))))
         .border_style(t.style(Role::Muted));
+    if !app.inspector.rows.is_empty() {
+        // Where the selection is in the whole table (the filter's rows, when set).
+        let total = app.inspector.count(app.inspector.tab);
+        block = block.title_bottom(
+            Line::from(Span::styled(
+                format!(
+                    " row {} of {total} ",
+                    app.inspector.offset + app.inspector.selected + 1
+                ),
+                t.style(Role::Muted),
+            ))
+            .right_aligned(),
+        );
+    }
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let mut lines: Vec<Line> = text

@@ -28,7 +28,59 @@ pub fn render(app: &App, frame: &mut Frame, area: Rect) {
         Overlay::Permission {
             request, scroll, ..
         } => permission(app, frame, area, request, *scroll),
+        Overlay::Rename { session, title } => rename(app, frame, area, session, title),
+        Overlay::Delete { session, title } => delete(app, frame, area, session, title),
     }
+}
+
+fn rename(app: &App, frame: &mut Frame, area: Rect, session: &str, title: &str) {
+    let t = &app.theme;
+    let text = vec![
+        Line::from(Span::styled(session.to_string(), t.style(Role::Accent))),
+        Line::default(),
+        Line::from(vec![
+            Span::raw("New title: "),
+            Span::styled(format!("{title}▌"), t.style(Role::Title)),
+        ]),
+    ];
+    let width = area.width.saturating_sub(4).min(76);
+    let height =
+        u16::try_from(super::transcript::wrap(text.clone(), width.saturating_sub(2)).len() + 2)
+            .unwrap_or(u16::MAX);
+    let cell = centered(frame, area, width, height);
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
+            app,
+            " rename ".into(),
+            "Enter rename · Esc leave it · Ctrl-U clear",
+        )),
+        cell,
+    );
+}
+
+fn delete(app: &App, frame: &mut Frame, area: Rect, session: &str, title: &str) {
+    let t = &app.theme;
+    let text = vec![
+        Line::from(Span::styled(title.to_string(), t.style(Role::Title))),
+        Line::from(Span::styled(session.to_string(), t.style(Role::Accent))),
+        Line::default(),
+        Line::from(
+            "Delete this session for good? Its transcript, inputs and recovery history go with it; nothing brings them back. (Archiving, a, only hides it.)",
+        ),
+    ];
+    let width = area.width.saturating_sub(4).min(76);
+    let height =
+        u16::try_from(super::transcript::wrap(text.clone(), width.saturating_sub(2)).len() + 2)
+            .unwrap_or(u16::MAX);
+    let cell = centered(frame, area, width, height);
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: false }).block(block(
+            app,
+            " delete ".into(),
+            "y delete · n keep it",
+        )),
+        cell,
+    );
 }
 
 /// A box of `width`×`height` (clamped) in the middle of `area`, cleared.
@@ -57,7 +109,7 @@ fn help(app: &App, frame: &mut Frame, area: Rect, scroll: usize) {
     let t = &app.theme;
     let mut lines = Vec::new();
     let mut last = None;
-    for (context, label, text) in help_lines() {
+    for (context, label, text) in help_lines(app.mode == crate::app::Mode::ReadOnly) {
         if last != Some(context) {
             if last.is_some() {
                 lines.push(Line::default());
@@ -105,6 +157,7 @@ fn help(app: &App, frame: &mut Frame, area: Rect, scroll: usize) {
     let most = lines.len().saturating_sub(height);
     app.hidden.set(crate::app::Hidden {
         help: most,
+        help_height: height.max(1),
         ..app.hidden.get()
     });
     let scroll = scroll.min(most);

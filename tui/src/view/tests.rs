@@ -324,6 +324,115 @@ fn a_long_permission_input_is_shown_whole_or_scrolls() {
 }
 
 #[test]
+fn the_read_only_help_lists_only_the_inspectors_keys() {
+    let mut app = inspector(Tab::Claims);
+    app.mode = Mode::ReadOnly;
+    app.owner_id = None;
+    app.overlay.push(Overlay::Help { scroll: 0 });
+    let text = screen(&app, 100, 50);
+    for chat_only in [
+        "Shift-Enter",
+        "new session",
+        "search the transcript",
+        "after-crash panel",
+    ] {
+        assert!(!text.contains(chat_only), "{chat_only}: {text}");
+    }
+    assert!(
+        text.contains("inspector") && text.contains("filter the table"),
+        "{text}"
+    );
+    assert_snapshot!(text);
+}
+
+#[test]
+fn the_transcript_pane_shows_its_own_keys_and_a_search() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Transcript;
+    let text = screen(&app, 110, 32);
+    assert!(text.contains("/ search  n/N match  y copy"), "{text}");
+    assert!(!text.contains("n new  Enter open"), "{text}");
+    app.transcript.search = Some(crate::app::Search {
+        query: "restart".into(),
+        editing: false,
+        current: None,
+    });
+    let text = screen(&app, 110, 32);
+    assert!(text.contains("/ restart  3 lines found"), "{text}");
+    assert_snapshot!(text);
+}
+
+#[test]
+fn the_session_list_filtered_with_its_row_and_archived_sessions_marked() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    app.sessions.filter = "flaky".into();
+    app.sessions.editing_filter = true;
+    app.sessions.rows.truncate(2);
+    app.sessions.rows[1].archived = true;
+    app.sessions.rows[1].state = steward_engine::inspect::SessionState::Idle;
+    app.sessions.archived = true;
+    app.sessions.total = 2;
+    app.sessions.selected = 1;
+    let text = screen(&app, 110, 20);
+    assert!(text.contains("Sessions 2 of 5"), "{text}");
+    assert!(text.contains(" 2 of 2 "), "{text}");
+    assert!(
+        text.contains("/ flaky▌") && text.contains("+archived"),
+        "{text}"
+    );
+    assert!(text.contains("archived"), "{text}");
+    assert_snapshot!(text);
+}
+
+#[test]
+fn rename_and_delete_ask_over_the_list() {
+    let mut app = fixtures::chat();
+    app.pane = Pane::Sessions;
+    app.overlay.push(Overlay::Rename {
+        session: fixtures::SESSION.into(),
+        title: "a better title".into(),
+    });
+    let renaming = screen(&app, 110, 24);
+    assert!(
+        renaming.contains("New title: a better title▌"),
+        "{renaming}"
+    );
+    assert_snapshot!("renaming_a_session", renaming);
+    app.overlay.pop();
+    app.overlay.push(Overlay::Delete {
+        session: fixtures::SESSION.into(),
+        title: "fix the flaky test".into(),
+    });
+    let deleting = screen(&app, 110, 24);
+    assert!(deleting.contains("y delete · n keep it"), "{deleting}");
+    assert_snapshot!("deleting_a_session", deleting);
+}
+
+#[test]
+fn with_a_filter_the_tabs_count_what_it_matches_and_the_row_is_placed() {
+    let mut app = inspector(Tab::Claims);
+    app.inspector.filter = "ses_01".into();
+    app.inspector.filtered = Some(steward_engine::inspect::pages::Counts {
+        sessions: 1,
+        claims: 130,
+        quarantine: 0,
+        wakes: 1,
+        recoveries: 2,
+        owners: 0,
+    });
+    app.inspector.offset = 100;
+    app.inspector.selected = 1;
+    let text = screen(&app, 110, 28);
+    assert!(
+        text.contains("Claims 130 │ Quarantine 0 │ Wakes 1 │ Recoveries 2 │ Owners 0 │ MCP 2"),
+        "{text}"
+    );
+    assert!(text.contains("row 102 of 130"), "{text}");
+    assert_snapshot!(text);
+}
+
+#[test]
 fn a_quarantined_sessions_open_call_reads_as_unknown_with_the_reason() {
     let mut app = fixtures::chat();
     let mut messages = fixtures::recovered_transcript();

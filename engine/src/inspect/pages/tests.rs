@@ -57,7 +57,7 @@ fn claims_are_paged_by_key_in_either_order_without_gaps_or_repeats() {
     ids.sort();
     let pages = all_pages(
         10,
-        |r| claims(store.conn(), ClaimOrder::Created, r).unwrap(),
+        |r| claims(store.conn(), ClaimOrder::Created, r, 0).unwrap(),
         |c| claim_key(c, ClaimOrder::Created),
     );
     assert_eq!(
@@ -68,7 +68,7 @@ fn claims_are_paged_by_key_in_either_order_without_gaps_or_repeats() {
     assert_eq!(seen, ids);
     let by_session: Vec<String> = all_pages(
         7,
-        |r| claims(store.conn(), ClaimOrder::Session, r).unwrap(),
+        |r| claims(store.conn(), ClaimOrder::Session, r, 0).unwrap(),
         |c| claim_key(c, ClaimOrder::Session),
     )
     .concat()
@@ -89,7 +89,7 @@ fn a_filter_narrows_every_page() {
         filter: Some("ses_1".into()),
         ..PageRequest::first(50)
     };
-    let found: Vec<String> = claims(store.conn(), ClaimOrder::Session, &request)
+    let found: Vec<String> = claims(store.conn(), ClaimOrder::Session, &request, 0)
         .unwrap()
         .into_iter()
         .map(|c| c.session_id)
@@ -176,7 +176,13 @@ fn r5_12_session_states_and_counts_follow_claims_recoveries_and_wakes() {
     let lines = claim_lines(
         store.conn(),
         &Owners::new("/nonexistent"),
-        &claims(store.conn(), ClaimOrder::Created, &PageRequest::first(10)).unwrap(),
+        &claims(
+            store.conn(),
+            ClaimOrder::Created,
+            &PageRequest::first(10),
+            0,
+        )
+        .unwrap(),
         LATER,
     )
     .unwrap();
@@ -243,7 +249,7 @@ fn paging_back_gives_the_page_before_in_the_tables_order() {
     assert_eq!(sessions(store.conn(), T0, &back).unwrap(), forward[1]);
     let claims_forward = all_pages(
         10,
-        |r| claims(store.conn(), ClaimOrder::Created, r).unwrap(),
+        |r| claims(store.conn(), ClaimOrder::Created, r, 0).unwrap(),
         |c| c.id.clone(),
     );
     let back = PageRequest {
@@ -251,7 +257,7 @@ fn paging_back_gives_the_page_before_in_the_tables_order() {
         ..PageRequest::first(10)
     };
     assert_eq!(
-        claims(store.conn(), ClaimOrder::Created, &back).unwrap(),
+        claims(store.conn(), ClaimOrder::Created, &back, 0).unwrap(),
         claims_forward[0]
     );
 }
@@ -300,6 +306,7 @@ fn the_last_page_and_a_reversed_order_page_through_the_same_rows() {
         store.conn(),
         ClaimOrder::Created,
         &reversed(&PageRequest::last(4)),
+        0,
     )
     .unwrap()
     .into_iter()
@@ -307,4 +314,111 @@ fn the_last_page_and_a_reversed_order_page_through_the_same_rows() {
     .collect();
     assert_eq!(claims_last, vec!["ses_03", "ses_02", "ses_01", "ses_00"]);
     assert!(PageRequest::first(3).is_first() && !PageRequest::last(3).is_first());
+}
+
+/// Protocol §3.6: the session list is most recently active first, paged by
+/// (activity, id) without gaps or repeats, archived sessions only when asked for.
+#[test]
+fn r3_6_recent_sessions_page_by_activity_and_leave_archived_ones_out() {
+    let mut store = store();
+    // Created in id order, then made active in another order.
+    let ids: Vec<String> = (0..7)
+        .map(|i| {
+            store
+                .write(|tx| crate::store::sessions::create(tx, &format!("s{i}"), "/w", T0 + i))
+                .unwrap()
+                .id
+        })
+        .collect();
+    for (k, i) in [3usize, 0, 5].iter().enumerate() {
+        store
+            .write(|tx| {
+                crate::store::sessions::admit(
+                    tx,
+                    &ids[*i],
+                    "p",
+                    crate::events::Delivery::Admit,
+                    T0 + 100 + k as i64,
+                )
+                .map(drop)
+            })
+            .unwrap();
+    }
+    store
+        .write(|tx| crate::housekeeping::archive(tx, &ids[6], true, T0 + 50).map(drop))
+        .unwrap();
+    let pages = all_pages(
+        2,
+        |r| recent_sessions(store.conn(), T0, r, false).unwrap(),
+        |s| session_key(s.time_updated, &s.id),
+    );
+    let order: Vec<String> = pages.concat().into_iter().map(|s| s.title).collect();
+    assert_eq!(order, ["s5", "s0", "s3", "s4", "s2", "s1"]);
+    let with_archived: Vec<String> =
+        recent_sessions(store.conn(), T0, &PageRequest::first(3), true)
+            .unwrap()
+            .into_iter()
+            .map(|s| format!("{}{}", s.title, if s.archived { " (archived)" } else { "" }))
+            .collect();
+    assert_eq!(with_archived, ["s5", "s0", "s3"]);
+    // Back from the last page, and the last page itself.
+    let last = recent_sessions(store.conn(), T0, &PageRequest::last(2), false).unwrap();
+    assert_eq!(
+        last.iter().map(|s| &s.title).collect::<Vec<_>>(),
+        ["s2", "s1"]
+    );
+    let back = PageRequest {
+        before: Some(session_key(last[0].time_updated, &last[0].id)),
+        ..PageRequest::first(2)
+    };
+    let back = recent_sessions(store.conn(), T0, &back, false).unwrap();
+    assert_eq!(
+        back.iter().map(|s| &s.title).collect::<Vec<_>>(),
+        ["s3", "s4"]
+    );
+    let filter = PageRequest {
+        filter: Some("s6".into()),
+        ..PageRequest::first(10)
+    };
+    assert_eq!(count_sessions(store.conn(), &filter, false).unwrap(), 0);
+    assert_eq!(count_sessions(store.conn(), &filter, true).unwrap(), 1);
+    assert_eq!(
+        count_sessions(store.conn(), &PageRequest::default(), false).unwrap(),
+        6
+    );
+}
+
+/// The claims filter matches what the row shows (phase, state), not only ids, and
+/// the tabs' counts follow the filter.
+#[test]
+fn a_claims_filter_matches_what_the_row_shows_and_counts_follow_it() {
+    let mut store = store();
+    for i in 0..3 {
+        interrupted(&mut store, &format!("ses_{i:02}"), Stage::Promoted, T0 + i);
+    }
+    store
+        .conn()
+        .execute(
+            "UPDATE session_execution SET recovery_error = 'bad row' WHERE session_id = 'ses_01'",
+            [],
+        )
+        .unwrap();
+    let request = |f: &str| PageRequest {
+        filter: Some(f.into()),
+        ..PageRequest::first(50)
+    };
+    let found = |f: &str| -> Vec<String> {
+        claims(store.conn(), ClaimOrder::Session, &request(f), T0)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.session_id)
+            .collect()
+    };
+    assert_eq!(found("quarantined"), ["ses_01"]);
+    assert_eq!(found("bad row"), ["ses_01"]);
+    assert_eq!(found("live"), ["ses_00", "ses_02"]);
+    let counts = filtered_counts(store.conn(), &request("quarantined"), T0).unwrap();
+    assert_eq!((counts.claims, counts.quarantine), (1, 0));
+    let counts = filtered_counts(store.conn(), &request("ses_0"), T0).unwrap();
+    assert_eq!((counts.claims, counts.sessions), (3, 3));
 }

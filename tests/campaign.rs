@@ -126,21 +126,27 @@ impl Tally {
             eprintln!("  {point}: {n} fault{}", if *n == 1 { "" } else { "s" });
         }
         eprintln!("{line}");
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/campaign-summary.txt");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let kept: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with(&format!("{name}:")))
-            .collect();
-        let mut out = kept.join("\n");
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&line);
-        out.push('\n');
-        let _ = std::fs::write(&path, out);
+        summary_line(name, &line);
         assert!(self.failed.is_empty(), "{line}\n{}", self.failed.join("\n"));
     }
+}
+
+/// Puts `line` (which starts with `name:`) into `target/campaign-summary.txt` in
+/// place of that name's earlier line.
+pub(crate) fn summary_line(name: &str, line: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/campaign-summary.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with(&format!("{name}:")))
+        .collect();
+    let mut out = kept.join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(line);
+    out.push('\n');
+    let _ = std::fs::write(&path, out);
 }
 
 /// One data directory and its workload.

@@ -924,6 +924,9 @@ fn a_migration() -> Recording {
     rec
 }
 
+/// Runs a workload under the recorder.
+type Workload = fn() -> Recording;
+
 /// The rig: every workload recorded, cut at its syncs and between, each state
 /// opened by the real binary (SPEC §2: a committed event survives power loss).
 #[test]
@@ -937,7 +940,7 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
     eprintln!("powercut: seed {seed}, up to {budget} states per workload");
     let checker = Checker::new();
     let mut figures = Figures::default();
-    let workloads: [(&str, fn() -> Recording); 4] = [
+    let workloads: [(&str, Workload); 4] = [
         ("turns", turns_from_an_empty_directory),
         ("acp", an_acp_turn),
         ("recovery", a_recovery_pass),

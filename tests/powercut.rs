@@ -928,7 +928,7 @@ fn a_migration() -> Recording {
 type Workload = fn() -> Recording;
 
 /// The rig: every workload recorded, cut at its syncs and between, each state
-/// opened by the real binary (SPEC §2: a committed event survives power loss).
+/// opened by the real binary (protocol §2.1, §2.9: a committed event survives power loss).
 #[test]
 fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
     let started = Instant::now();

@@ -656,7 +656,32 @@ fn torture_once(
             client.close();
         }
     }
+    // A process the killed one forked holds its owner lock (`flock`, shared across
+    // `fork`) until it execs or dies with its parent: recovery proves the owner dead
+    // only once it is gone, so the relaunch waits for what it does not test.
+    let owners = scenario.env.data.join("owners");
+    eventually(Duration::from_secs(10), || holding(&owners).is_empty());
     acknowledged
+}
+
+/// Pids of live processes with a descriptor open on a file under `dir`.
+fn holding(dir: &std::path::Path) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let fds = std::fs::read_dir(entry.path().join("fd"))
+            .into_iter()
+            .flatten();
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir)))
+        {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Seeded SIGKILLs at random instants of a two-prompt workload, through `steward

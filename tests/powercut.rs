@@ -18,7 +18,8 @@
 //! with the real binary — `doctor`, `recover`, `doctor` again — and must be accepted
 //! (or refused untouched, exit 3, with nothing acknowledged lost), keep every
 //! invariant, and hold everything Steward acknowledged before the point: every
-//! `run --json` event line, every ACP `end_turn`'s prompt and answer, a recovery
+//! `run --json` event line, every ACP `end_turn`'s prompt and answer, every turn
+//! whose answer the terminal interface showed, a recovery
 //! pass's report (protocol §2.9). `STEWARD_POWERCUT_STATES` (states per workload)
 //! and `STEWARD_POWERCUT_SEED` lengthen or replay it; the summary line goes to
 //! `target/campaign-summary.txt`.
@@ -877,6 +878,53 @@ fn an_acp_turn() -> Recording {
     rec
 }
 
+/// Two turns with a tool typed into the terminal interface (in a pseudo-terminal),
+/// each acknowledged when its answer's end shows on the screen.
+fn tui_turns() -> Recording {
+    use crate::tui::Tui;
+    let env = Env::new();
+    let work = work(&env);
+    let script = write(&env, "script.toml", TURN_SCRIPT);
+    let config = write(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
+    let mut rec = Recording::new("terminal interface turns", env);
+    let shim = shim().display().to_string();
+    let watch = rec.env.data.display().to_string();
+    let log = rec.log.display().to_string();
+    let vars = [
+        ("LD_PRELOAD", shim.as_str()),
+        ("POWERCUT_WATCH", watch.as_str()),
+        ("POWERCUT_LOG", log.as_str()),
+    ];
+    let limit = std::time::Duration::from_secs(20);
+    let mut tui = Tui::start_with(
+        &rec.env,
+        Path::new(&work),
+        &["--config", &config, "--script", &script],
+        &vars,
+    );
+    tui.expect("No session open", limit);
+    let turns = [
+        ("first prompt", "Done with that.", "that."),
+        ("second prompt", "Done again.", "again."),
+    ];
+    for (prompt, shown, answer) in turns {
+        tui.keys(&format!("{prompt}\r"));
+        tui.expect(shown, limit);
+        rec.acknowledge(Ack::Turn {
+            prompt: prompt.into(),
+            answer: answer.into(),
+        });
+    }
+    tui.keys("\t");
+    tui.keys("q");
+    assert!(
+        tui.wait(limit).is_some_and(|s| s.success()),
+        "{}",
+        tui.text()
+    );
+    rec
+}
+
 /// A recovery pass over 150 interrupted sessions (batches of 100), and their
 /// continuations.
 fn a_recovery_pass() -> Recording {
@@ -940,9 +988,10 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
     eprintln!("powercut: seed {seed}, up to {budget} states per workload");
     let checker = Checker::new();
     let mut figures = Figures::default();
-    let workloads: [(&str, Workload); 4] = [
+    let workloads: [(&str, Workload); 5] = [
         ("turns", turns_from_an_empty_directory),
         ("acp", an_acp_turn),
+        ("tui", tui_turns),
         ("recovery", a_recovery_pass),
         ("migration", a_migration),
     ];
@@ -957,6 +1006,7 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         }
         let rec = workload();
         assert!(rec.ops_now() > 0, "{}: nothing was recorded", rec.name);
+        assert!(!rec.acks.is_empty(), "{}: nothing was acknowledged", rec.name);
         cut_and_check(&rec, budget, seed, &checker, &mut figures);
     }
     let elapsed = started.elapsed();

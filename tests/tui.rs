@@ -27,6 +27,11 @@ pub struct Tui {
 impl Tui {
     /// Starts `steward --data-dir … <args>` in `dir` on a `ROWS`×`COLS` terminal.
     pub fn start(env: &Env, dir: &Path, args: &[&str]) -> Tui {
+        Tui::start_with(env, dir, args, &[])
+    }
+
+    /// [`Tui::start`] with `vars` set in Steward's environment.
+    pub fn start_with(env: &Env, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Tui {
         let (pty, pts) = pty_process::blocking::open().unwrap();
         pty.resize(pty_process::Size::new(ROWS, COLS)).unwrap();
         let mut cmd = pty_process::blocking::Command::new(steward_bin())
@@ -46,6 +51,9 @@ impl Tui {
             "NO_COLOR",
         ] {
             cmd = cmd.env_remove(var);
+        }
+        for (name, value) in vars {
+            cmd = cmd.env(name, value);
         }
         let child = cmd.spawn(pts).unwrap();
         let pty = Arc::new(pty);

@@ -1006,7 +1006,11 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         }
         let rec = workload();
         assert!(rec.ops_now() > 0, "{}: nothing was recorded", rec.name);
-        assert!(!rec.acks.is_empty(), "{}: nothing was acknowledged", rec.name);
+        assert!(
+            !rec.acks.is_empty(),
+            "{}: nothing was acknowledged",
+            rec.name
+        );
         cut_and_check(&rec, budget, seed, &checker, &mut figures);
     }
     let elapsed = started.elapsed();

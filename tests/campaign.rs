@@ -126,21 +126,27 @@ impl Tally {
             eprintln!("  {point}: {n} fault{}", if *n == 1 { "" } else { "s" });
         }
         eprintln!("{line}");
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/campaign-summary.txt");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let kept: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with(&format!("{name}:")))
-            .collect();
-        let mut out = kept.join("\n");
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&line);
-        out.push('\n');
-        let _ = std::fs::write(&path, out);
+        summary_line(name, &line);
         assert!(self.failed.is_empty(), "{line}\n{}", self.failed.join("\n"));
     }
+}
+
+/// Puts `line` (which starts with `name:`) into `target/campaign-summary.txt` in
+/// place of that name's earlier line.
+pub(crate) fn summary_line(name: &str, line: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/campaign-summary.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with(&format!("{name}:")))
+        .collect();
+    let mut out = kept.join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(line);
+    out.push('\n');
+    let _ = std::fs::write(&path, out);
 }
 
 /// One data directory and its workload.
@@ -534,6 +540,154 @@ pub(crate) fn seed(var: &str) -> u64 {
         })
 }
 
+/// How the torture drives a prompt: headless, the terminal interface in a pty, or
+/// an ACP client.
+#[derive(Clone, Copy, Debug)]
+enum Front {
+    Run,
+    Tui,
+    Acp,
+}
+
+/// The text that ends the turn of each prompt of [`SCRIPT`] (its last step's).
+const TURN_ENDS: [&str; 2] = ["Done with that.", "Done again."];
+
+/// Tools the terminal interface and ACP run without asking (headless runs pass
+/// `--yes`): the workload's commands and the test MCP server's tool.
+fn allowing(config: &str) -> String {
+    format!("[tools]\nallow = [\"run_command\", \"t__*\"]\n{config}")
+}
+
+/// Drives [`PROMPTS`]`[..2]` through `front`, killing (SIGKILL) the process that
+/// runs prompt `victim` `delay` after it was sent. Returns the prompts whose turn
+/// Steward acknowledged as ended before the kill: a `run` that exited 0, an ACP
+/// `end_turn`, a turn's last text on the terminal.
+fn torture_once(
+    scenario: &Scenario,
+    front: Front,
+    victim: usize,
+    delay: Duration,
+) -> Vec<&'static str> {
+    let mut acknowledged = Vec::new();
+    let limit = Duration::from_secs(30);
+    match front {
+        Front::Run => {
+            let mut session: Option<String> = None;
+            for (i, prompt) in PROMPTS[..2].iter().enumerate() {
+                let mut cmd = scenario.steward(None);
+                cmd.args(["run", "--yes"]);
+                match &session {
+                    None => cmd.args(["--dir", scenario.work.as_str()]),
+                    Some(id) => cmd.args(["--session", id.as_str()]),
+                };
+                let mut child = cmd
+                    .arg(prompt)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                if i == victim {
+                    std::thread::sleep(delay);
+                    signal(child.id(), "KILL");
+                    child.wait().unwrap();
+                    break;
+                }
+                if child.wait().unwrap().success() {
+                    acknowledged.push(*prompt);
+                }
+                session = scenario.session();
+            }
+        }
+        Front::Tui => {
+            use crate::tui::Tui;
+            let args = ["--config", &scenario.config, "--script", &scenario.script];
+            let tui = Tui::start(&scenario.env, std::path::Path::new(&scenario.work), &args);
+            if tui.wait_for("No session open", limit) {
+                for (i, prompt) in PROMPTS[..2].iter().enumerate() {
+                    tui.keys(&format!("{prompt}\r"));
+                    if i == victim {
+                        std::thread::sleep(delay);
+                        break;
+                    }
+                    if !tui.wait_for(TURN_ENDS[i], limit) {
+                        break;
+                    }
+                    acknowledged.push(*prompt);
+                }
+            }
+            signal(tui.child.id(), "KILL");
+            drop(tui);
+        }
+        Front::Acp => {
+            use crate::acp::{Driver, argv};
+            use serde_json::json;
+            let config = std::path::Path::new(&scenario.config);
+            let mut client = Driver::spawn(
+                &scenario.env,
+                &argv(&scenario.env, &scenario.script, Some(config)),
+            );
+            client.request("initialize", json!({"protocolVersion": 1}));
+            let created = client.request(
+                "session/new",
+                json!({"cwd": scenario.work, "mcpServers": []}),
+            );
+            let session = created["result"]["sessionId"].as_str().map(str::to_string);
+            for (i, prompt) in PROMPTS[..2].iter().enumerate() {
+                let Some(session) = &session else { break };
+                let id = 100 + i;
+                client.send(json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": [{"type": "text", "text": prompt}]}}));
+                if i == victim {
+                    std::thread::sleep(delay);
+                    break;
+                }
+                let answered =
+                    client.wait_for(limit, |m| m["id"] == id && m.get("method").is_none());
+                let ended = client
+                    .seen
+                    .iter()
+                    .any(|m| m["id"] == id && m["result"]["stopReason"] == "end_turn");
+                if !(answered && ended) {
+                    break;
+                }
+                acknowledged.push(*prompt);
+            }
+            signal(client.pid(), "KILL");
+            client.close();
+        }
+    }
+    // A process the killed one forked holds its owner lock (`flock`, shared across
+    // `fork`) until it execs or dies with its parent: recovery proves the owner dead
+    // only once it is gone, so the relaunch waits for what it does not test.
+    let owners = scenario.env.data.join("owners");
+    eventually(Duration::from_secs(10), || holding(&owners).is_empty());
+    acknowledged
+}
+
+/// Pids of live processes with a descriptor open on a file under `dir`.
+fn holding(dir: &std::path::Path) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let fds = std::fs::read_dir(entry.path().join("fd"))
+            .into_iter()
+            .flatten();
+        if fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir)))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Seeded SIGKILLs at random instants of a two-prompt workload, through `steward
+/// run`, the terminal interface and ACP in turn. `STEWARD_TORTURE_RUNS` (default
+/// 30) and `STEWARD_TORTURE_SEED` replay or lengthen it; progress goes to stderr
+/// every 100 runs, and a failing run is named (seed and run) as it fails.
 #[test]
 fn campaign_random_sigkill_torture() {
     let seed = seed("STEWARD_TORTURE_SEED");
@@ -541,38 +695,28 @@ fn campaign_random_sigkill_torture() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
+    eprintln!("torture: seed {seed}, {runs} runs");
+    let started = Instant::now();
     let mut rng = Rng(seed);
     let mut tally = Tally::default();
+    let mut acknowledged_per_front: BTreeMap<String, usize> = BTreeMap::new();
     for run in 0..runs {
-        let scenario = Scenario::new(format!("seed {seed} run {run}"), SCRIPT);
+        let front = [Front::Run, Front::Tui, Front::Acp][run % 3];
+        let scenario = Scenario::new(format!("seed {seed} run {run} ({front:?})"), SCRIPT);
+        if !matches!(front, Front::Run) {
+            scenario.set_config(&allowing(&config(scenario.env.root.path())));
+        }
         // Two prompts: kill the process running one of them at a random instant.
         let victim = rng.below(2) as usize;
         let delay = Duration::from_millis(rng.below(900));
-        let mut session: Option<String> = None;
-        for (i, prompt) in PROMPTS[..2].iter().enumerate() {
-            let mut cmd = scenario.steward(None);
-            cmd.args(["run", "--yes"]);
-            match &session {
-                None => cmd.args(["--dir", scenario.work.as_str()]),
-                Some(id) => cmd.args(["--session", id.as_str()]),
-            };
-            let mut child = cmd
-                .arg(prompt)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            if i == victim {
-                std::thread::sleep(delay);
-                signal(child.id(), "KILL");
-                tally.fault("sigkill");
-                child.wait().unwrap();
-                break;
-            }
-            child.wait().unwrap();
-            session = scenario.session();
-        }
-        scenario.check(&mut tally, &[]);
+        let acknowledged = torture_once(&scenario, front, victim, delay);
+        tally.fault(&format!("sigkill ({front:?})"));
+        *acknowledged_per_front
+            .entry(format!("{front:?}"))
+            .or_default() += acknowledged.len();
+        let failed_before = tally.failed.len();
+        let expected: Vec<(&str, bool)> = acknowledged.iter().map(|p| (*p, true)).collect();
+        scenario.check(&mut tally, &expected);
         let conn = rusqlite::Connection::open(scenario.env.db()).unwrap();
         let admitted: Vec<String> = conn
             .prepare("SELECT prompt FROM session_input WHERE id NOT LIKE 'inp_rec_%' ORDER BY admitted_seq")
@@ -590,6 +734,21 @@ fn campaign_random_sigkill_torture() {
             users == admitted,
             || format!("admitted {admitted:?}, transcript {users:?}"),
         );
+        for failure in &tally.failed[failed_before..] {
+            eprintln!("torture FAILED (seed {seed} run {run}): {failure}");
+        }
+        if (run + 1) % 100 == 0 {
+            eprintln!(
+                "torture: {} of {runs} runs, {} failed checks, {:.0} s",
+                run + 1,
+                tally.failed.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
+    eprintln!(
+        "torture: {runs} runs in {:.0} s; prompts acknowledged before a kill: {acknowledged_per_front:?}",
+        started.elapsed().as_secs_f64()
+    );
     tally.finish("torture");
 }

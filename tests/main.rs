@@ -15,6 +15,7 @@ mod faults;
 mod hardening;
 mod mcp;
 mod nothing_lost;
+mod powercut;
 mod providers;
 mod recovery;
 mod run;

@@ -12,12 +12,29 @@ use tempfile::TempDir;
 
 /// The `steward` binary under test.
 pub fn steward_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_steward")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| pinned("steward", env!("CARGO_BIN_EXE_steward")))
 }
 
 /// The test helper binary (built with the `test-helper` feature).
 pub fn helper_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_steward-test-helper")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        pinned(
+            "steward-test-helper",
+            env!("CARGO_BIN_EXE_steward-test-helper"),
+        )
+    })
+}
+
+/// `built`, or its copy in `STEWARD_TEST_BINS` when that names a directory: a long
+/// run (the torture's thousands of runs) keeps testing the binaries it started with
+/// while the tree is rebuilt.
+fn pinned(name: &str, built: &str) -> String {
+    match std::env::var_os("STEWARD_TEST_BINS") {
+        Some(dir) => Path::new(&dir).join(name).to_string_lossy().into_owned(),
+        None => built.to_string(),
+    }
 }
 
 /// A private home and data directory for one test.

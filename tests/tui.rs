@@ -30,7 +30,7 @@ impl Tui {
         Tui::start_with(env, dir, args, &[])
     }
 
-    /// [`Tui::start`] with these environment variables set.
+    /// [`Tui::start`] with `vars` set in Steward's environment.
     pub fn start_with(env: &Env, dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Tui {
         let (pty, pts) = pty_process::blocking::open().unwrap();
         pty.resize(pty_process::Size::new(ROWS, COLS)).unwrap();

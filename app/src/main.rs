@@ -334,14 +334,11 @@ fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
 /// Steward creates is private to the user (`0700`): it holds transcripts.
 fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result<Store> {
     if !paths.data_dir.exists() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&paths.data_dir)
-            .with_context(|| {
-                format!("cannot create data directory {}", paths.data_dir.display())
-            })?;
+        // Its name synced into its parent: a power cut must not take the directory,
+        // and the database in it, away after a commit (protocol §2.9).
+        steward_engine::store::create_data_dir(&paths.data_dir).with_context(|| {
+            format!("cannot create data directory {}", paths.data_dir.display())
+        })?;
     }
     Ok(Store::open(&paths.database, clock)?)
 }

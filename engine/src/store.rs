@@ -237,13 +237,47 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         // Closing the last connection checkpoints and removes the temporary WAL.
         conn.close().map_err(|(_, e)| classify(&temp, e))?;
     }
+    // SQLite synced the temporary file when it closed; the link is only a name
+    // until its directory is synced (protocol §2.9).
     let linked = std::fs::hard_link(&temp, path);
     let _ = std::fs::remove_file(&temp);
     match linked {
-        Ok(()) => Ok(()),
+        Ok(()) => sync_dir(dir).map_err(|e| access(dir, e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(access(path, e.to_string())),
     }
+}
+
+/// Makes the names in `dir` durable: the entries created, linked, renamed or
+/// removed in it survive a power cut once this returns (`fsync` of the directory,
+/// protocol §2.9).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Creates the data directory `dir` (mode `0700`, with any missing parents) so
+/// that it survives a power cut: the parent of every directory created is synced,
+/// deepest last (protocol §2.9). An existing directory is left as it is.
+pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    for created in missing.iter().rev() {
+        let parent = created
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 /// Transcripts hold file contents and command output: the database and its

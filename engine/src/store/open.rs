@@ -2,9 +2,10 @@
 //!
 //! Everything here reads only: the file's header straight from disk (through the
 //! descriptor this process never closes, protocol §2.8), then a
-//! read-only SQLite connection that creates no `-wal`/`-shm` that were not there
-//! before (`immutable=1` when the database has no WAL, which also means no process
-//! has it open for writing). A refusal leaves the file byte-for-byte untouched.
+//! read-only SQLite connection that creates no `-wal` that was not there before
+//! (`immutable=1` when the database has no WAL, which also means no process has it
+//! open for writing; a log without its `-shm` index gets the index rebuilt). A
+//! refusal leaves the database and its log byte-for-byte untouched.
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -197,11 +198,18 @@ fn read_ahead(path: &Path) {
     }
 }
 
-/// Opens `path` read-only, creating no `-wal`/`-shm`: with `immutable=1` when no WAL
-/// exists (no writer has it open), otherwise as a normal read-only connection that
-/// uses the existing WAL.
+/// Opens `path` read-only, creating no `-wal`: with `immutable=1` when no log with
+/// frames exists (no writer has it open), otherwise as a normal read-only connection
+/// that reads the existing log. A log without its `-shm` index — a power cut, or a
+/// copy that left the index behind — is still read: `immutable=1` would ignore it and
+/// see the database file alone, which a checkpoint may have left half-copied (page 1
+/// counting pages the log still holds), a healthy file taken for a corrupt one. SQLite
+/// then rebuilds the index into a new `-shm`; the database and its log stay
+/// byte-for-byte as they were (protocol §2.9).
 pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
-    let has_wal = sidecar(path, "-wal").exists() && sidecar(path, "-shm").exists();
+    let wal = std::fs::metadata(sidecar(path, "-wal"));
+    let has_wal =
+        wal.as_ref().is_ok_and(|m| m.len() > 0) || (wal.is_ok() && sidecar(path, "-shm").exists());
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;

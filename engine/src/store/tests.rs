@@ -754,3 +754,21 @@ fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn
     assert!(due(&store));
     drop(live);
 }
+
+#[test]
+fn r2_9_the_data_directory_is_created_private_with_its_missing_parents() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a/b/steward");
+    create_data_dir(&dir).unwrap();
+    for d in [root.path().join("a"), root.path().join("a/b"), dir.clone()] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    // An existing directory is left as it is, and syncs.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
+    create_data_dir(&dir).unwrap();
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o750);
+    sync_dir(&dir).unwrap();
+    assert!(sync_dir(&root.path().join("missing")).is_err());
+}

@@ -1,0 +1,277 @@
+/* The power-cut rig's recorder (tests/powercut.rs), loaded with LD_PRELOAD into the
+ * real `steward` binary. For every path at or under $POWERCUT_WATCH (the data
+ * directory) -- the database, its -wal and journal files, temporaries and the
+ * directory itself, but not the -shm index, which SQLite rebuilds -- it appends
+ * one line per completed operation to $POWERCUT_LOG, with a single write(2) on an
+ * O_APPEND descriptor, so the log holds every operation that returned before any
+ * later line was written:
+ *
+ *   W <ino> <offset> <hex bytes> <path>   a write
+ *   T <ino> <size> <path>                 a truncation (ftruncate, O_TRUNC)
+ *   S <ino> <path>                        fsync/fdatasync of a file
+ *   D <path>                              fsync of a directory
+ *   C <ino> <path>                        a file created
+ *   M <path>                              a directory created
+ *   L <from> <to>                         a hard link
+ *   R <from> <to>                         a rename
+ *   U <path>                              an unlink
+ *   X <path>                              a directory removed
+ *
+ * Fields are separated by tabs. A directory sync of the watched directory's parent
+ * is recorded too: it makes the watched directory's own name durable. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static int log_fd = -2;
+static char watch[PATH_MAX];
+static char watch_parent[PATH_MAX];
+static size_t watch_len;
+
+static void init(void) {
+    if (log_fd != -2) return;
+    const char *w = getenv("POWERCUT_WATCH");
+    const char *l = getenv("POWERCUT_LOG");
+    if (!w || !l) { log_fd = -1; return; }
+    snprintf(watch, sizeof watch, "%s", w);
+    watch_len = strlen(watch);
+    snprintf(watch_parent, sizeof watch_parent, "%s", w);
+    char *slash = strrchr(watch_parent, '/');
+    if (slash) *slash = 0;
+    int (*real_open)(const char *, int, ...) = dlsym(RTLD_NEXT, "open");
+    log_fd = real_open(l, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+/* `path` made absolute against `dirfd` (or the working directory). */
+static void absolute(int dirfd, const char *path, char *out) {
+    if (path[0] == '/') { snprintf(out, PATH_MAX, "%s", path); return; }
+    char base[PATH_MAX];
+    if (dirfd == AT_FDCWD) {
+        if (!getcwd(base, sizeof base)) base[0] = 0;
+    } else {
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+        ssize_t n = readlink(link, base, sizeof base - 1);
+        base[n < 0 ? 0 : n] = 0;
+    }
+    snprintf(out, PATH_MAX, "%s/%s", base, path);
+}
+
+static int watched(const char *abs) {
+    if (log_fd < 0) return 0;
+    if (strncmp(abs, watch, watch_len) != 0) return 0;
+    if (abs[watch_len] != 0 && abs[watch_len] != '/') return 0;
+    size_t n = strlen(abs);
+    if (n >= 4 && strcmp(abs + n - 4, "-shm") == 0) return 0;
+    return 1;
+}
+
+/* The path of an open descriptor, when it is watched. */
+static int fd_path(int fd, char *out) {
+    init();
+    if (log_fd < 0 || fd < 0 || fd == log_fd) return 0;
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, out, PATH_MAX - 1);
+    if (n <= 0) return 0;
+    out[n] = 0;
+    return 1;
+}
+
+static void emit(const char *line, size_t len) {
+    ssize_t (*real_write)(int, const void *, size_t) = dlsym(RTLD_NEXT, "write");
+    real_write(log_fd, line, len);
+}
+
+static void record(const char *fmt, ...) {
+    char line[3 * PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof line) emit(line, (size_t)n);
+}
+
+static unsigned long long ino_of(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+static void record_write(int fd, const char *path, const void *buf, ssize_t n, long long off) {
+    static const char hex[] = "0123456789abcdef";
+    size_t head = 64 + 2 * PATH_MAX;
+    char *line = malloc(head + 2 * (size_t)n);
+    if (!line) return;
+    int k = snprintf(line, head, "W\t%llu\t%lld\t", ino_of(fd), off);
+    char *p = line + k;
+    const unsigned char *b = buf;
+    for (ssize_t i = 0; i < n; i++) { *p++ = hex[b[i] >> 4]; *p++ = hex[b[i] & 15]; }
+    p += sprintf(p, "\t%s\n", path);
+    emit(line, (size_t)(p - line));
+    free(line);
+}
+
+/* open/openat and their 64-bit names: a created file (C) and O_TRUNC (T). */
+static int do_open(const char *sym, int at, int dirfd, const char *path, int flags, mode_t mode) {
+    init();
+    char abs[PATH_MAX];
+    int watch_it = 0, existed = 1;
+    if (log_fd >= 0) {
+        absolute(at ? dirfd : AT_FDCWD, path, abs);
+        watch_it = watched(abs);
+        if (watch_it && (flags & O_CREAT)) {
+            struct stat st;
+            existed = lstat(abs, &st) == 0;
+        }
+    }
+    int fd;
+    if (at) {
+        int (*real)(int, const char *, int, ...) = dlsym(RTLD_NEXT, sym);
+        fd = real(dirfd, path, flags, mode);
+    } else {
+        int (*real)(const char *, int, ...) = dlsym(RTLD_NEXT, sym);
+        fd = real(path, flags, mode);
+    }
+    if (fd >= 0 && watch_it) {
+        int saved = errno;
+        if (!existed) record("C\t%llu\t%s\n", ino_of(fd), abs);
+        if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY)
+            record("T\t%llu\t0\t%s\n", ino_of(fd), abs);
+        errno = saved;
+    }
+    return fd;
+}
+
+#define MODE_ARG mode_t mode = 0; if (flags & (O_CREAT | O_TMPFILE)) { va_list ap; va_start(ap, flags); mode = va_arg(ap, mode_t); va_end(ap); }
+int open(const char *path, int flags, ...) { MODE_ARG return do_open("open", 0, 0, path, flags, mode); }
+int open64(const char *path, int flags, ...) { MODE_ARG return do_open("open64", 0, 0, path, flags, mode); }
+int openat(int d, const char *path, int flags, ...) { MODE_ARG return do_open("openat", 1, d, path, flags, mode); }
+int openat64(int d, const char *path, int flags, ...) { MODE_ARG return do_open("openat64", 1, d, path, flags, mode); }
+int creat(const char *path, mode_t mode) { return do_open("open", 0, 0, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+int creat64(const char *path, mode_t mode) { return do_open("open64", 0, 0, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+
+static ssize_t do_pwrite(const char *sym, int fd, const void *buf, size_t n, off_t off) {
+    ssize_t (*real)(int, const void *, size_t, off_t) = dlsym(RTLD_NEXT, sym);
+    ssize_t r = real(fd, buf, n, off);
+    char path[PATH_MAX];
+    if (r > 0 && fd_path(fd, path) && watched(path)) {
+        int saved = errno;
+        record_write(fd, path, buf, r, (long long)off);
+        errno = saved;
+    }
+    return r;
+}
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return do_pwrite("pwrite", fd, buf, n, off); }
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) { return do_pwrite("pwrite64", fd, buf, n, off); }
+
+ssize_t write(int fd, const void *buf, size_t n) {
+    ssize_t (*real)(int, const void *, size_t) = dlsym(RTLD_NEXT, "write");
+    char path[PATH_MAX];
+    struct stat st;
+    if (!(fd > 2 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fd_path(fd, path) && watched(path)))
+        return real(fd, buf, n);
+    off_t off = lseek(fd, 0, SEEK_CUR);
+    if (fcntl(fd, F_GETFL) & O_APPEND) off = st.st_size;
+    ssize_t r = real(fd, buf, n);
+    if (r > 0) {
+        int saved = errno;
+        record_write(fd, path, buf, r, (long long)off);
+        errno = saved;
+    }
+    return r;
+}
+
+static int do_ftruncate(const char *sym, int fd, off_t len) {
+    int (*real)(int, off_t) = dlsym(RTLD_NEXT, sym);
+    int r = real(fd, len);
+    char path[PATH_MAX];
+    if (r == 0 && fd_path(fd, path) && watched(path)) {
+        record("T\t%llu\t%lld\t%s\n", ino_of(fd), (long long)len, path);
+    }
+    return r;
+}
+int ftruncate(int fd, off_t len) { return do_ftruncate("ftruncate", fd, len); }
+int ftruncate64(int fd, off_t len) { return do_ftruncate("ftruncate64", fd, len); }
+
+static int do_sync(const char *sym, int fd) {
+    int (*real)(int) = dlsym(RTLD_NEXT, sym);
+    int r = real(fd);
+    char path[PATH_MAX];
+    if (r == 0 && fd_path(fd, path)) {
+        struct stat st;
+        int saved = errno;
+        if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (watched(path) || strcmp(path, watch_parent) == 0) record("D\t%s\n", path);
+        } else if (watched(path)) {
+            record("S\t%llu\t%s\n", (unsigned long long)st.st_ino, path);
+        }
+        errno = saved;
+    }
+    return r;
+}
+int fsync(int fd) { return do_sync("fsync", fd); }
+int fdatasync(int fd) { return do_sync("fdatasync", fd); }
+
+static void name_op(char op, int d1, const char *a, int d2, const char *b) {
+    char x[PATH_MAX], y[PATH_MAX];
+    absolute(d1, a, x);
+    if (b) {
+        absolute(d2, b, y);
+        if (watched(x) || watched(y)) record("%c\t%s\t%s\n", op, x, y);
+    } else if (watched(x)) {
+        record("%c\t%s\n", op, x);
+    }
+}
+
+#define NAME_OP(call, op, d1, a, d2, b) \
+    init(); int r = call; if (r == 0 && log_fd >= 0) { int saved = errno; name_op(op, d1, a, d2, b); errno = saved; } return r;
+
+int link(const char *a, const char *b) {
+    int (*real)(const char *, const char *) = dlsym(RTLD_NEXT, "link");
+    NAME_OP(real(a, b), 'L', AT_FDCWD, a, AT_FDCWD, b)
+}
+int linkat(int d1, const char *a, int d2, const char *b, int flags) {
+    int (*real)(int, const char *, int, const char *, int) = dlsym(RTLD_NEXT, "linkat");
+    NAME_OP(real(d1, a, d2, b, flags), 'L', d1, a, d2, b)
+}
+int rename(const char *a, const char *b) {
+    int (*real)(const char *, const char *) = dlsym(RTLD_NEXT, "rename");
+    NAME_OP(real(a, b), 'R', AT_FDCWD, a, AT_FDCWD, b)
+}
+int renameat(int d1, const char *a, int d2, const char *b) {
+    int (*real)(int, const char *, int, const char *) = dlsym(RTLD_NEXT, "renameat");
+    NAME_OP(real(d1, a, d2, b), 'R', d1, a, d2, b)
+}
+int renameat2(int d1, const char *a, int d2, const char *b, unsigned flags) {
+    int (*real)(int, const char *, int, const char *, unsigned) = dlsym(RTLD_NEXT, "renameat2");
+    NAME_OP(real(d1, a, d2, b, flags), 'R', d1, a, d2, b)
+}
+int unlink(const char *a) {
+    int (*real)(const char *) = dlsym(RTLD_NEXT, "unlink");
+    NAME_OP(real(a), 'U', AT_FDCWD, a, 0, NULL)
+}
+int unlinkat(int d, const char *a, int flags) {
+    int (*real)(int, const char *, int) = dlsym(RTLD_NEXT, "unlinkat");
+    NAME_OP(real(d, a, flags), (flags & AT_REMOVEDIR) ? 'X' : 'U', d, a, 0, NULL)
+}
+int rmdir(const char *a) {
+    int (*real)(const char *) = dlsym(RTLD_NEXT, "rmdir");
+    NAME_OP(real(a), 'X', AT_FDCWD, a, 0, NULL)
+}
+int mkdir(const char *a, mode_t mode) {
+    int (*real)(const char *, mode_t) = dlsym(RTLD_NEXT, "mkdir");
+    NAME_OP(real(a, mode), 'M', AT_FDCWD, a, 0, NULL)
+}
+int mkdirat(int d, const char *a, mode_t mode) {
+    int (*real)(int, const char *, mode_t) = dlsym(RTLD_NEXT, "mkdirat");
+    NAME_OP(real(d, a, mode), 'M', d, a, 0, NULL)
+}

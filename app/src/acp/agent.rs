@@ -19,7 +19,6 @@ use agent_client_protocol_schema::v1::{
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use steward_engine::events::Event;
-use steward_engine::inspect::pages::PageRequest;
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
 use steward_engine::{Engine, EngineEvent, Error, Outcome, SessionOutcome};
 

@@ -392,5 +392,61 @@ pub fn owners(
         .collect())
 }
 
+/// Where a page of sessions by recent activity ([`recent_sessions`]) ends: the last
+/// session's `time_updated` and id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityKey {
+    pub time_updated: i64,
+    pub id: String,
+}
+
+/// Up to `limit` sessions, most recently active first (`time_updated`, then id,
+/// both descending, as `steward sessions` lists them), after `after`; with
+/// `filter`, only those whose id, title or directory contain it. A session just
+/// prompted or woken has a new event, which moves its `time_updated` (protocol
+/// §3.1), so it comes first. `time_updated` is not indexed (every event rewrites
+/// it): a page sorts the sessions it matches.
+pub fn recent_sessions(
+    conn: &Connection,
+    now_ms: i64,
+    after: Option<&ActivityKey>,
+    filter: Option<&str>,
+    limit: usize,
+) -> Result<Vec<SessionSummary>> {
+    let like = PageRequest {
+        filter: filter.map(str::to_string),
+        ..PageRequest::default()
+    }
+    .like();
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, title, directory, time_updated FROM session
+         WHERE (?1 IS NULL OR time_updated < ?1 OR (time_updated = ?1 AND id < ?2))
+           AND (?3 IS NULL OR id LIKE ?3 ESCAPE '\\' OR title LIKE ?3 ESCAPE '\\'
+                OR directory LIKE ?3 ESCAPE '\\')
+         ORDER BY time_updated DESC, id DESC LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            after.map(|a| a.time_updated),
+            after.map(|a| a.id.as_str()),
+            like,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let rows: Vec<(String, String, String, i64)> = rows.collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(id, title, directory, time_updated)| {
+            Ok(SessionSummary {
+                state: session_state(conn, &id, now_ms)?,
+                id,
+                title,
+                directory,
+                time_updated,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -142,6 +142,19 @@ impl Reader {
             .unwrap_or_default())
     }
 
+    /// Sessions, most recently active first ([`pages::recent_sessions`]).
+    pub fn recent_sessions(
+        &mut self,
+        now_ms: i64,
+        after: Option<&pages::ActivityKey>,
+        filter: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>> {
+        Ok(self
+            .read(|c, _| pages::recent_sessions(c, now_ms, after, filter, limit))?
+            .unwrap_or_default())
+    }
+
     /// One session, if it exists.
     pub fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>> {
         Ok(self.read(|c, _| rows::session(c, session_id))?.flatten())

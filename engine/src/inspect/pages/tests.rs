@@ -308,3 +308,64 @@ fn the_last_page_and_a_reversed_order_page_through_the_same_rows() {
     assert_eq!(claims_last, vec!["ses_03", "ses_02", "ses_01", "ses_00"]);
     assert!(PageRequest::first(3).is_first() && !PageRequest::last(3).is_first());
 }
+
+#[test]
+fn sessions_by_recent_activity_page_without_gaps_or_repeats_and_a_new_event_moves_one_first() {
+    let mut store = store();
+    // Created in id order; sessions 3 and 7 share one time, so the id decides.
+    let times = [5, 1, 9, 4, 4, 8, 2, 4, 6, 3];
+    let ids: Vec<String> = times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            store
+                .write(|tx| {
+                    let s =
+                        crate::store::sessions::create(tx, &format!("s{i}"), "/w", T0 + i as i64)?;
+                    tx.execute(
+                        "UPDATE session SET time_updated = ?2 WHERE id = ?1",
+                        rusqlite::params![s.id, T0 + 100 * t],
+                    )?;
+                    Ok(s.id)
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut expected: Vec<(i64, String)> = times.iter().copied().zip(ids.clone()).collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = recent_sessions(store.conn(), LATER, after.as_ref(), None, 3).unwrap();
+        after = page.last().map(|s| ActivityKey {
+            time_updated: s.time_updated,
+            id: s.id.clone(),
+        });
+        let short = page.len() < 3;
+        seen.extend(page.into_iter().map(|s| s.id));
+        if short {
+            break;
+        }
+    }
+    assert_eq!(seen, expected);
+    // The filter narrows by title.
+    let only = recent_sessions(store.conn(), LATER, None, Some("s7"), 10).unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].id, ids[7]);
+    // A prompt admitted to the least recently active session moves it first.
+    store
+        .write(|tx| {
+            crate::store::sessions::admit(
+                tx,
+                &ids[1],
+                "again",
+                crate::events::Delivery::Queue,
+                LATER,
+            )
+            .map(drop)
+        })
+        .unwrap();
+    let first = recent_sessions(store.conn(), LATER, None, None, 1).unwrap();
+    assert_eq!(first[0].id, ids[1]);
+}

@@ -1,6 +1,7 @@
 //! The transcript as ACP `session/update`s: user prompts as `user_message_chunk`,
 //! assistant text and the engine's own notes (recovery, continuation, cancellation)
-//! as `agent_message_chunk`, each tool call as a `tool_call` and its progress as
+//! as `agent_message_chunk`, the compaction summary as a marked
+//! `agent_thought_chunk`, each tool call as a `tool_call` and its progress as
 //! `tool_call_update`s — recovery's failed tools included, with the exact restart
 //! text. The same mapping serves a live turn (from committed events) and
 //! `session/load` (from the stored transcript); a [`Stream`] remembers what one
@@ -15,8 +16,8 @@ use agent_client_protocol_schema::v1::{
 use serde_json::Value;
 use steward_engine::events::Event;
 use steward_engine::message::{
-    AssistantData, MessageData, MessageError, Part, SyntheticData, SyntheticKind, ToolPart,
-    ToolStatus,
+    AssistantData, MessageData, MessageError, Part, SyntheticData, SyntheticKind,
+    TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus,
 };
 use steward_engine::projection::MessageRow;
 
@@ -68,6 +69,19 @@ pub fn agent_text(text: impl Into<String>) -> SessionUpdate {
 /// What the model reasoned, as the client's thought text.
 pub fn thought(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::AgentThoughtChunk(text_chunk(text.into()))
+}
+
+/// The compaction summary: what the model continues from, not the agent's answer
+/// (it retells the conversation, the user's prompts included). Sent as thought
+/// text, labelled (`Compacted conversation: …`) and marked in `_meta`:
+/// `{"steward": {"kind": "compaction", "throughSeq": N}}` (protocol §3.2).
+pub fn compaction(s: &SyntheticData) -> SessionUpdate {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "steward".into(),
+        serde_json::json!({"kind": "compaction", "throughSeq": s.through_seq}),
+    );
+    SessionUpdate::AgentThoughtChunk(text_chunk(synthetic_text(s)).meta(meta))
 }
 
 pub fn user_text(text: impl Into<String>) -> SessionUpdate {
@@ -223,6 +237,10 @@ pub struct Stream {
     last_text: Option<String>,
     /// Agent chunks sent so far.
     texts: u64,
+    /// The calls of each recovered execution whose outcome is unknown (by
+    /// execution id), as the transcript or a live recovery showed them: the
+    /// continuation's first live update names them again ([`Stream::ending`]).
+    unknown: HashMap<String, Vec<String>>,
 }
 
 impl Stream {
@@ -274,6 +292,15 @@ impl Stream {
         agent_text(text)
     }
 
+    /// An engine note: agent text with its mark, or the compaction summary as a
+    /// marked thought ([`compaction`]).
+    fn note(&mut self, message_id: &str, s: &SyntheticData) -> SessionUpdate {
+        if s.kind == SyntheticKind::Compaction {
+            return self.other(compaction(s));
+        }
+        self.agent(message_id, &synthetic_text(s))
+    }
+
     fn other(&mut self, update: SessionUpdate) -> SessionUpdate {
         self.last_text = None;
         update
@@ -298,7 +325,7 @@ impl Stream {
         for message in messages {
             match &message.data {
                 MessageData::User(u) => out.push(self.other(user_text(u.text.clone()))),
-                MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+                MessageData::Synthetic(s) => out.push(self.note(&message.id, s)),
                 MessageData::Assistant(a) => {
                     out.extend(self.unavailable(&message.id, &a.unavailable));
                     for part in &a.parts {
@@ -326,10 +353,29 @@ impl Stream {
                         }
                     }
                     out.extend(self.unsaid_error(&message.id, a));
+                    self.remember_unknown(a);
                 }
             }
         }
         out
+    }
+
+    /// Keeps the calls of a recovered assistant whose outcome is unknown.
+    fn remember_unknown(&mut self, a: &AssistantData) {
+        let unknown: Vec<String> = a
+            .tools()
+            .filter(|t| {
+                t.state.status == ToolStatus::Error
+                    && t.state
+                        .error
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with(TOOL_OUTCOME_UNKNOWN))
+            })
+            .map(|t| format!("`{}`", title(&t.tool, &t.state.input)))
+            .collect();
+        if !unknown.is_empty() {
+            self.unknown.insert(a.execution_id.clone(), unknown);
+        }
     }
 
     /// The error of an assistant, unless a recovery text part already said it.
@@ -398,8 +444,31 @@ impl Stream {
     pub fn ending(&mut self, message: &MessageRow) -> Vec<SessionUpdate> {
         let mut out = Vec::new();
         match &message.data {
-            MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+            // A client that hides what a load replays (and what comes just after
+            // it) never saw the tool that failed as "outcome unknown": the
+            // continuation's own note, its first live update, says it again.
+            MessageData::Synthetic(s) => {
+                let unknown = match (s.kind, &s.execution_id) {
+                    (SyntheticKind::Continuation, Some(execution)) => {
+                        self.unknown.remove(execution)
+                    }
+                    _ => None,
+                };
+                match unknown {
+                    Some(calls) => {
+                        let text = format!(
+                            "{}. {} (it was running when Steward stopped; it is not run again): {}",
+                            synthetic_text(s),
+                            TOOL_OUTCOME_UNKNOWN,
+                            calls.join(", ")
+                        );
+                        out.push(self.agent(&message.id, &text));
+                    }
+                    None => out.push(self.note(&message.id, s)),
+                }
+            }
             MessageData::Assistant(a) => {
+                self.remember_unknown(a);
                 for part in &a.parts {
                     match part {
                         Part::Tool(tool) if self.tools.contains_key(&tool.call_id) => {

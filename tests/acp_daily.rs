@@ -1,0 +1,174 @@
+//! `steward acp` as an editor uses it every day: the session list by recent
+//! activity, prompts that mention files (`resource_link`) or carry them whole
+//! (`resource`, `embeddedContext`), the compaction summary as a marked note of its
+//! own, and a continuation after a crash that says, live, which tool's outcome is
+//! unknown (a client that hides what a load replays still learns it).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::acp::{Driver, agent_text, argv};
+use crate::run::{work_dir, write_script};
+use crate::support::Env;
+
+fn new_session(client: &mut Driver, work: &str) -> String {
+    let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
+    created["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_string()
+}
+
+fn listed(client: &mut Driver) -> Vec<String> {
+    let answer = client.request("session/list", json!({}));
+    answer["result"]["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn prompt(client: &mut Driver, session: &str, blocks: Value) -> Value {
+    client.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": blocks}),
+    )
+}
+
+#[test]
+fn acp_session_list_puts_the_session_just_prompted_first() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "one.toml", "[[step]]\ntext = [\"Done.\"]\n");
+    let mut client = Driver::spawn(&env, &argv(&env, &script, None));
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let ids: Vec<String> = (0..3).map(|_| new_session(&mut client, &work)).collect();
+    assert_eq!(
+        listed(&mut client),
+        vec![ids[2].clone(), ids[1].clone(), ids[0].clone()]
+    );
+    let answer = prompt(
+        &mut client,
+        &ids[0],
+        json!([{"type": "text", "text": "hello"}]),
+    );
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // The oldest session, just prompted, is the most recently active.
+    assert_eq!(
+        listed(&mut client),
+        vec![ids[0].clone(), ids[2].clone(), ids[1].clone()]
+    );
+    assert!(client.close().success());
+}
+
+#[test]
+fn acp_the_compaction_summary_is_a_marked_thought_not_the_agents_answer() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(
+        &env,
+        "two.toml",
+        "[[step]]\ntext = [\"First answer.\"]\n[[step]]\ntext = [\"Second answer.\"]\n",
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[compaction]\ntoken_budget = 10\n").unwrap();
+    let argv = argv(&env, &script, Some(&config));
+    let mut client = Driver::spawn(&env, &argv);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let session = new_session(&mut client, &work);
+    for text in ["alpha request", "beta request"] {
+        let answer = prompt(
+            &mut client,
+            &session,
+            json!([{"type": "text", "text": text}]),
+        );
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    }
+    let check = |updates: Vec<&Value>| {
+        let said = agent_text(&updates);
+        assert!(
+            !said.contains("The user asked"),
+            "the summary came as the agent's answer: {said}"
+        );
+        let summary: Vec<&&Value> = updates
+            .iter()
+            .filter(|u| {
+                u["sessionUpdate"] == "agent_thought_chunk"
+                    && u["_meta"]["steward"]["kind"] == "compaction"
+            })
+            .collect();
+        assert_eq!(summary.len(), 1, "{updates:#?}");
+        let text = summary[0]["content"]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("Compacted conversation") && text.contains("alpha request"),
+            "{text}"
+        );
+    };
+    check(client.updates(&session));
+    assert!(client.close().success());
+    // Replayed the same way.
+    let mut client = Driver::spawn(&env, &argv);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    client.request(
+        "session/load",
+        json!({"sessionId": session, "cwd": work, "mcpServers": []}),
+    );
+    check(client.updates(&session));
+    assert!(client.close().success());
+}
+
+#[test]
+fn acp_after_sigkill_mid_tool_the_continuation_s_first_live_update_says_the_outcome_is_unknown() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "crash.toml", crate::acp::CRASH);
+    let argv = argv(&env, &script, None);
+    let (session, _) = crate::acp::crash_mid_tool(&env, &argv, &work);
+    let mut client = Driver::spawn(&env, &argv);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    // A session newer than the crashed one: the continuation's work moves the
+    // crashed one back to the top of the list.
+    let newer = new_session(&mut client, &work);
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 100, "method": "session/load",
+        "params": {"sessionId": session, "cwd": work, "mcpServers": []}}),
+    );
+    let carried = |m: &Value| {
+        m["params"]["update"]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Carried on after the restart."))
+    };
+    assert!(
+        client.wait_for(Duration::from_secs(30), carried),
+        "{:#?}",
+        client.seen
+    );
+    let loaded = client
+        .seen
+        .iter()
+        .position(|m| m["id"] == 100)
+        .expect("the load was answered");
+    let first_live = client.seen[loaded + 1..]
+        .iter()
+        .find(|m| m["method"] == "session/update" && m["params"]["sessionId"] == session)
+        .map(|m| &m["params"]["update"])
+        .unwrap();
+    let text = first_live["content"]["text"].as_str().unwrap_or_default();
+    assert_eq!(
+        first_live["sessionUpdate"], "agent_message_chunk",
+        "{first_live}"
+    );
+    assert!(
+        text.contains("Continuing after restart")
+            && text.contains("outcome")
+            && text.contains("unknown")
+            && text.contains("run_command echo ran"),
+        "the continuation's first live update does not say the tool's outcome is unknown: {text}"
+    );
+    // Woken, the crashed session is the most recently active.
+    let order = listed(&mut client);
+    assert_eq!(order[..2], [session.clone(), newer], "{order:?}");
+    assert!(client.close().success());
+}

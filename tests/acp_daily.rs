@@ -4,13 +4,15 @@
 //! own, and a continuation after a crash that says, live, which tool's outcome is
 //! unknown (a client that hides what a load replays still learns it).
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::acp::{Driver, agent_text, argv};
+use crate::providers::{Answer, Server, Wire};
 use crate::run::{work_dir, write_script};
-use crate::support::Env;
+use crate::support::{Env, steward_bin};
 
 fn new_session(client: &mut Driver, work: &str) -> String {
     let created = client.request("session/new", json!({"cwd": work, "mcpServers": []}));
@@ -60,6 +62,103 @@ fn acp_session_list_puts_the_session_just_prompted_first() {
         listed(&mut client),
         vec![ids[0].clone(), ids[2].clone(), ids[1].clone()]
     );
+    assert!(client.close().success());
+}
+
+/// `steward acp` with `config` and no script.
+fn argv_with_config(env: &Env, config: &str) -> String {
+    json!([
+        steward_bin(),
+        "--data-dir",
+        env.data.display().to_string(),
+        "--config",
+        config,
+        "acp"
+    ])
+    .to_string()
+}
+
+fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// The user's chunks of a session as its updates carry them.
+fn user_blocks(client: &Driver, session: &str) -> Vec<Value> {
+    client
+        .updates(session)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+        .map(|u| u["content"].clone())
+        .collect()
+}
+
+#[test]
+fn acp_a_prompt_s_resource_links_reach_the_model_and_replay_as_links() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let work_path = Path::new(&work).canonicalize().unwrap();
+    std::fs::write(work_path.join("notes.txt"), "the secret word is plover\n").unwrap();
+    let outside = env.root.path().join("outside.txt");
+    std::fs::write(&outside, "never sent to the model\n").unwrap();
+    let server = Server::start(
+        Wire::OpenAi,
+        vec![Answer::Stream {
+            pieces: Wire::OpenAi.answer(&["Read it."]),
+            pause: Duration::ZERO,
+        }],
+    );
+    let config = write_script(&env, "config.toml", &Wire::OpenAi.config(&server.root));
+    let argv = argv_with_config(&env, &config);
+    let blocks = json!([
+        {"type": "text", "text": "What do these say?"},
+        {"type": "resource_link", "uri": file_uri(&work_path.join("notes.txt")), "name": "notes.txt"},
+        {"type": "resource_link", "uri": file_uri(&outside), "name": "outside.txt"},
+        {"type": "resource_link", "uri": file_uri(&work_path.join("missing.txt")), "name": "missing.txt"},
+        {"type": "resource", "resource": {"uri": file_uri(&work_path.join("pasted.rs")),
+            "mimeType": "text/x-rust", "text": "fn pasted() -> u32 { 7 }"}}
+    ]);
+
+    let mut client = Driver::spawn(&env, &argv);
+    let init = client.request("initialize", json!({"protocolVersion": 1}));
+    assert_eq!(
+        init["result"]["agentCapabilities"]["promptCapabilities"]["embeddedContext"], true,
+        "{init}"
+    );
+    let session = new_session(&mut client, &work);
+    let answer = prompt(&mut client, &session, blocks.clone());
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(client.close().success());
+
+    // What the model was sent: the linked file inside the session's directory and
+    // the embedded resource, whole; the others named, with why they were not read.
+    let bodies = server.bodies();
+    let sent = bodies
+        .last()
+        .expect("a request reached the provider")
+        .to_string();
+    assert!(sent.contains("the secret word is plover"), "{sent}");
+    assert!(sent.contains("fn pasted() -> u32 { 7 }"), "{sent}");
+    assert!(!sent.contains("never sent to the model"), "{sent}");
+    assert!(
+        sent.contains("outside the session directory"),
+        "the outside file's refusal is not said: {sent}"
+    );
+    assert!(
+        sent.contains("missing.txt") && sent.contains("could not be read"),
+        "the missing file is not said: {sent}"
+    );
+
+    // Loaded again, the prompt is what the editor sent: its links and resource.
+    let mut client = Driver::spawn(&env, &argv);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let loaded = client.request(
+        "session/load",
+        json!({"sessionId": session, "cwd": work, "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed = user_blocks(&client, &session);
+    let expected: Vec<Value> = blocks.as_array().unwrap().clone();
+    assert_eq!(replayed, expected);
     assert!(client.close().success());
 }
 

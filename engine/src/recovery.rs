@@ -724,6 +724,7 @@ fn reconcile(
                 stopped_tools: stopped.iter().map(|s| s.call_id.clone()).collect(),
             },
             Event::InputAdmitted {
+                content: Vec::new(),
                 input_id: continuation.clone(),
                 prompt: CONTINUATION_TEXT.into(),
                 delivery: Delivery::Queue,

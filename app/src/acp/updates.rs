@@ -16,8 +16,8 @@ use agent_client_protocol_schema::v1::{
 use serde_json::Value;
 use steward_engine::events::Event;
 use steward_engine::message::{
-    AssistantData, MessageData, MessageError, Part, SyntheticData, SyntheticKind,
-    TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus,
+    AssistantData, MessageData, MessageError, Part, PromptBlock, SyntheticData, SyntheticKind,
+    TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus, UserData,
 };
 use steward_engine::projection::MessageRow;
 
@@ -86,6 +86,59 @@ pub fn compaction(s: &SyntheticData) -> SessionUpdate {
 
 pub fn user_text(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::UserMessageChunk(text_chunk(text.into()))
+}
+
+/// A user's prompt as the client sent it: block by block when it carries resources
+/// (a link as a `resource_link`, a resource as itself; protocol §4.20), else its
+/// text.
+pub fn user_prompt(user: &UserData) -> Vec<SessionUpdate> {
+    use agent_client_protocol_schema::v1::{
+        BlobResourceContents, EmbeddedResource, EmbeddedResourceResource, ResourceLink,
+        TextResourceContents,
+    };
+    if user.content.is_empty() {
+        return vec![user_text(user.text.clone())];
+    }
+    user.content
+        .iter()
+        .map(|block| {
+            let block = match block {
+                PromptBlock::Text { text } => ContentBlock::from(text.clone()),
+                PromptBlock::Link {
+                    uri,
+                    name,
+                    title,
+                    mime_type,
+                } => ContentBlock::ResourceLink(
+                    ResourceLink::new(name.clone(), uri.clone())
+                        .title(title.clone())
+                        .mime_type(mime_type.clone()),
+                ),
+                PromptBlock::Resource {
+                    uri,
+                    mime_type,
+                    text,
+                    blob,
+                } => {
+                    let resource = match text {
+                        Some(text) => EmbeddedResourceResource::TextResourceContents(
+                            TextResourceContents::new(text.clone(), uri.clone())
+                                .mime_type(mime_type.clone()),
+                        ),
+                        None => EmbeddedResourceResource::BlobResourceContents(
+                            BlobResourceContents::new(
+                                blob.clone().unwrap_or_default(),
+                                uri.clone(),
+                            )
+                            .mime_type(mime_type.clone()),
+                        ),
+                    };
+                    ContentBlock::Resource(EmbeddedResource::new(resource))
+                }
+            };
+            SessionUpdate::UserMessageChunk(ContentChunk::new(block))
+        })
+        .collect()
 }
 
 pub fn tool_called(
@@ -254,7 +307,7 @@ impl Stream {
     /// starts without a paragraph break; when something did (a continuation still
     /// running), it is set apart. Another process's prompt is shown as the
     /// client's would be.
-    pub fn prompt(&mut self, text: &str, own_sent_at: Option<u64>) -> Vec<SessionUpdate> {
+    pub fn prompt(&mut self, user: &UserData, own_sent_at: Option<u64>) -> Vec<SessionUpdate> {
         match own_sent_at {
             Some(at) => {
                 if self.texts == at {
@@ -262,7 +315,10 @@ impl Stream {
                 }
                 Vec::new()
             }
-            None => vec![self.other(user_text(text.to_string()))],
+            None => user_prompt(user)
+                .into_iter()
+                .map(|u| self.other(u))
+                .collect(),
         }
     }
 
@@ -324,7 +380,11 @@ impl Stream {
         let mut out = Vec::new();
         for message in messages {
             match &message.data {
-                MessageData::User(u) => out.push(self.other(user_text(u.text.clone()))),
+                MessageData::User(u) => {
+                    for update in user_prompt(u) {
+                        out.push(self.other(update));
+                    }
+                }
                 MessageData::Synthetic(s) => out.push(self.note(&message.id, s)),
                 MessageData::Assistant(a) => {
                     out.extend(self.unavailable(&message.id, &a.unavailable));
@@ -532,6 +592,14 @@ mod tests {
         }
     }
 
+    fn user(text: &str) -> UserData {
+        UserData {
+            input_id: "inp_1".into(),
+            text: text.into(),
+            content: Vec::new(),
+        }
+    }
+
     fn json_of(updates: Vec<SessionUpdate>) -> Vec<Value> {
         updates
             .into_iter()
@@ -630,17 +698,17 @@ mod tests {
         stream.event(&text("p1", "first answer"));
         // The client's prompt, with nothing streamed since it was sent.
         let sent_at = stream.texts();
-        assert!(stream.prompt("again", Some(sent_at)).is_empty());
+        assert!(stream.prompt(&user("again"), Some(sent_at)).is_empty());
         let next = json_of(stream.event(&text("p2", "second answer")));
         assert_eq!(next[0]["content"]["text"], "second answer");
         // A continuation streamed after the client sent it: the answer is set apart.
         let sent_at = stream.texts();
         stream.event(&text("p3", "continuing"));
-        stream.prompt("more", Some(sent_at));
+        stream.prompt(&user("more"), Some(sent_at));
         let next = json_of(stream.event(&text("p4", "third answer")));
         assert_eq!(next[0]["content"]["text"], "\n\nthird answer");
         // Another process's prompt is shown as a user message.
-        let shown = json_of(stream.prompt("from elsewhere", None));
+        let shown = json_of(stream.prompt(&user("from elsewhere"), None));
         assert_eq!(shown[0]["sessionUpdate"], "user_message_chunk");
         assert_eq!(shown[0]["content"]["text"], "from elsewhere");
     }

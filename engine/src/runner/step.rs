@@ -92,6 +92,38 @@ fn tool_list(tools: &[crate::provider::ToolSpec]) -> (String, String) {
 }
 
 impl Execution {
+    /// Reads the files the prompts of the next request link to (protocol §4.20), on
+    /// a thread of its own (the file system can hang): as `read_file` reads from
+    /// disk, and never asking.
+    async fn read_links(&self, messages: &[MessageRow]) -> context::Linked {
+        let uris = context::links(messages);
+        if uris.is_empty() {
+            return context::Linked::new();
+        }
+        let ctx = crate::tools::ToolContext {
+            directory: self.session.directory.clone().into(),
+            config: self.services.config.tools.clone(),
+            data_dir: self
+                .services
+                .db
+                .path()
+                .and_then(|p| p.parent())
+                .map(Into::into),
+            approved: None,
+            shown: None,
+            client: None,
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            uris.into_iter()
+                .map(|uri| {
+                    let text = crate::tools::fs::linked_text(&ctx, &uri);
+                    (uri, text)
+                })
+                .collect::<context::Linked>()
+        });
+        read.await.unwrap_or_default()
+    }
+
     pub(crate) async fn step(&mut self, messages: Vec<MessageRow>) -> Flow<StepEnd> {
         let step_index = messages
             .iter()
@@ -120,11 +152,12 @@ impl Execution {
         for missing in &offered.unavailable {
             tracing::warn!(server = %missing.server, error = %missing.error, "an MCP server's tools are not offered");
         }
+        let linked = self.read_links(&messages).await;
         let request = ProviderRequest {
             session_id: self.claim.session_id.clone(),
             purpose: Purpose::Step,
             step_index,
-            messages: context::conversation(&self.session.directory, &messages),
+            messages: context::conversation_with(&self.session.directory, &messages, Some(&linked)),
             tools,
         };
         let provider = self.provider.clone();

@@ -292,6 +292,7 @@ fn r2_4_upgrading_a_populated_database_keeps_every_row() {
                         &session,
                         2,
                         Event::InputAdmitted {
+                            content: Vec::new(),
                             input_id: format!("inp_{i:03}"),
                             prompt: "hello".into(),
                             delivery: Delivery::Queue,
@@ -396,6 +397,7 @@ fn r3_1_append_numbers_events_per_session_and_projects_in_the_same_transaction()
             "ses_a",
             7,
             Event::InputAdmitted {
+                content: Vec::new(),
                 input_id: "inp_1".into(),
                 prompt: "x".into(),
                 delivery: Delivery::Admit,

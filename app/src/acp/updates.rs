@@ -385,7 +385,14 @@ impl Stream {
                         out.push(self.other(update));
                     }
                 }
-                MessageData::Synthetic(s) => out.push(self.note(&message.id, s)),
+                MessageData::Synthetic(s) => {
+                    // A continuation already in the transcript has run: nothing is
+                    // left to say live.
+                    if let Some(execution) = &s.execution_id {
+                        self.unknown.remove(execution);
+                    }
+                    out.push(self.note(&message.id, s));
+                }
                 MessageData::Assistant(a) => {
                     out.extend(self.unavailable(&message.id, &a.unavailable));
                     for part in &a.parts {
@@ -727,6 +734,67 @@ mod tests {
             .map(|u| serde_json::to_value(u).unwrap()["content"]["text"].clone())
             .collect();
         assert_eq!(sent, vec![json!("a "), json!("b"), json!("\n\nc")]);
+    }
+
+    fn continuation() -> MessageRow {
+        row(
+            "msg_c",
+            MessageKind::Synthetic,
+            json!({"kind": "continuation", "text": "The server restarted…",
+                   "label": "Continuing after restart", "execution_id": "exe_1"}),
+        )
+    }
+
+    #[test]
+    fn a_continuation_run_live_after_a_replay_names_the_tool_whose_outcome_is_unknown() {
+        let mut stream = Stream::default();
+        stream.replay(&[interrupted_assistant()]);
+        let live = json_of(stream.ending(&continuation()));
+        assert_eq!(
+            live[0]["content"]["text"],
+            "\n\n↻ Continuing after restart. Tool execution outcome unknown after server restart \
+             (it was running when Steward stopped; it is not run again): `run_command sleep 300`"
+        );
+        // Said once.
+        let again = json_of(stream.ending(&continuation()));
+        assert_eq!(again[0]["content"]["text"], "↻ Continuing after restart");
+        // A transcript whose continuation already ran has nothing left to say.
+        let mut stream = Stream::default();
+        stream.replay(&[interrupted_assistant(), continuation()]);
+        assert!(stream.unknown.is_empty());
+    }
+
+    #[test]
+    fn the_compaction_summary_is_a_marked_thought_and_a_prompt_s_resources_replay_as_themselves() {
+        let compacted = row(
+            "msg_s",
+            MessageKind::Synthetic,
+            json!({"kind": "compaction", "text": "The user asked for x.",
+                   "label": "Compacted conversation", "through_seq": 7}),
+        );
+        let prompt = row(
+            "msg_u",
+            MessageKind::User,
+            json!({"input_id": "i", "text": "see\n[a.txt](file:///w/a.txt)", "content": [
+                {"type": "text", "text": "see"},
+                {"type": "link", "uri": "file:///w/a.txt", "name": "a.txt"},
+                {"type": "resource", "uri": "file:///w/b.rs", "text": "fn b() {}"}
+            ]}),
+        );
+        let updates = json_of(Stream::default().replay(&[compacted, prompt]));
+        assert_eq!(
+            updates,
+            vec![
+                json!({"sessionUpdate": "agent_thought_chunk",
+                       "content": {"type": "text", "text": "Compacted conversation: The user asked for x."},
+                       "_meta": {"steward": {"kind": "compaction", "throughSeq": 7}}}),
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "see"}}),
+                json!({"sessionUpdate": "user_message_chunk",
+                       "content": {"type": "resource_link", "uri": "file:///w/a.txt", "name": "a.txt"}}),
+                json!({"sessionUpdate": "user_message_chunk",
+                       "content": {"type": "resource", "resource": {"uri": "file:///w/b.rs", "text": "fn b() {}"}}}),
+            ]
+        );
     }
 
     #[test]

@@ -271,3 +271,30 @@ fn acp_after_sigkill_mid_tool_the_continuation_s_first_live_update_says_the_outc
     assert_eq!(order[..2], [session.clone(), newer], "{order:?}");
     assert!(client.close().success());
 }
+
+#[test]
+fn acp_resources_and_the_marked_summary_pass_the_official_sdk_schemas() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let work = Path::new(&work).canonicalize().unwrap();
+    let linked = work.join("linked.txt");
+    std::fs::write(&linked, "linked text\n").unwrap();
+    let script = write_script(
+        &env,
+        "two.toml",
+        "[[step]]\ntext = [\"First answer.\"]\n[[step]]\ntext = [\"Second answer.\"]\n",
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[compaction]\ntoken_budget = 10\n").unwrap();
+    crate::acp::conform(
+        &env,
+        &argv(&env, &script, Some(&config)),
+        "resources",
+        &[
+            "--cwd",
+            &work.display().to_string(),
+            "--file",
+            &linked.display().to_string(),
+        ],
+    );
+}

@@ -72,7 +72,7 @@ fn client(env: &Env, argv: &str, scenario: &str, options: &[&str]) -> Command {
 }
 
 /// Runs a scenario and asserts every check passed.
-fn conform(env: &Env, argv: &str, scenario: &str, options: &[&str]) -> Vec<Value> {
+pub(crate) fn conform(env: &Env, argv: &str, scenario: &str, options: &[&str]) -> Vec<Value> {
     ensure_sdk();
     let output: Output = client(env, argv, scenario, options).output().unwrap();
     let lines: Vec<Value> = stdout(&output)

@@ -5,6 +5,7 @@
 mod support;
 
 mod acp;
+mod acp_daily;
 mod acp_raw;
 mod campaign;
 mod claims;

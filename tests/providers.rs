@@ -21,7 +21,7 @@ const PROVIDER_UNKNOWN: &str = "Provider Step outcome unknown after server resta
 
 /// The wire protocols, and how each streams an answer of text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wire {
+pub(crate) enum Wire {
     OpenAi,
     Anthropic,
     Ollama,
@@ -39,7 +39,7 @@ impl Wire {
     }
 
     /// The config for a server at `root`.
-    fn config(self, root: &str) -> String {
+    pub(crate) fn config(self, root: &str) -> String {
         let base = match self {
             Wire::OpenAi => format!("{root}/v1"),
             _ => root.to_string(),
@@ -58,7 +58,7 @@ impl Wire {
     }
 
     /// The answer `texts`, streamed piece by piece.
-    fn answer(self, texts: &[&str]) -> Vec<String> {
+    pub(crate) fn answer(self, texts: &[&str]) -> Vec<String> {
         let quote = |t: &str| serde_json::to_string(t).unwrap();
         match self {
             Wire::OpenAi => texts
@@ -95,7 +95,7 @@ impl Wire {
 
 /// How the fake server answers one request.
 #[derive(Clone)]
-enum Answer {
+pub(crate) enum Answer {
     /// Streams these pieces with `pause` before each.
     Stream {
         pieces: Vec<String>,
@@ -107,13 +107,13 @@ enum Answer {
 
 /// A fake provider server on loopback: answers requests in order (the last
 /// repeats) and keeps every request body.
-struct Server {
-    root: String,
+pub(crate) struct Server {
+    pub(crate) root: String,
     bodies: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
-    fn start(wire: Wire, answers: Vec<Answer>) -> Server {
+    pub(crate) fn start(wire: Wire, answers: Vec<Answer>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let root = format!("http://{}", listener.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -134,7 +134,7 @@ impl Server {
         Server { root, bodies }
     }
 
-    fn bodies(&self) -> Vec<Value> {
+    pub(crate) fn bodies(&self) -> Vec<Value> {
         self.bodies
             .lock()
             .unwrap()

@@ -127,6 +127,8 @@ struct Inner {
 #[derive(Debug)]
 struct Admission {
     prompt: String,
+    /// The prompt's blocks, when it carries resources (protocol §4.20).
+    content: Vec<crate::message::PromptBlock>,
     /// A session to create first, in the same transaction: (title, directory).
     create: Option<(String, String)>,
     reply: oneshot::Sender<crate::Result<InputRow>>,
@@ -224,8 +226,9 @@ impl Coordinator {
         &self,
         session_id: &str,
         prompt: &str,
+        content: &[crate::message::PromptBlock],
     ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
-        self.start_admission(session_id, prompt, None)
+        self.start_admission(session_id, prompt, content, None)
     }
 
     /// [`Coordinator::start_admitting`] into a session created in the same
@@ -239,13 +242,14 @@ impl Coordinator {
         prompt: &str,
     ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
         let create = Some((title.to_string(), directory.to_string()));
-        self.start_admission(session_id, prompt, create)
+        self.start_admission(session_id, prompt, &[], create)
     }
 
     fn start_admission(
         &self,
         session_id: &str,
         prompt: &str,
+        content: &[crate::message::PromptBlock],
         create: Option<(String, String)>,
     ) -> Option<oneshot::Receiver<crate::Result<InputRow>>> {
         let mut slots = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -262,6 +266,7 @@ impl Coordinator {
             cancel,
             Some(Admission {
                 prompt: prompt.to_string(),
+                content: content.to_vec(),
                 create,
                 reply,
             }),
@@ -461,7 +466,9 @@ async fn run_once(
             Scope::Continuations(ids) => ids.clone(),
             Scope::Queued => Vec::new(),
         };
-        let prompt = admission.as_ref().map(|a| a.prompt.clone());
+        let prompt = admission
+            .as_ref()
+            .map(|a| (a.prompt.clone(), a.content.clone()));
         let create = admission.as_ref().and_then(|a| a.create.clone());
         let clock = services.clock.clone();
         let result = services
@@ -488,9 +495,15 @@ async fn run_once(
                     for input_id in &continuations {
                         crate::recovery::wakes::count_attempt(tx, input_id)?;
                     }
-                    if let Some(prompt) = &prompt {
-                        admitted =
-                            Some(sessions::admit(tx, &session, prompt, Delivery::Queue, now)?);
+                    if let Some((prompt, content)) = &prompt {
+                        admitted = Some(sessions::admit_content(
+                            tx,
+                            &session,
+                            prompt,
+                            content,
+                            Delivery::Queue,
+                            now,
+                        )?);
                     }
                 }
                 Ok((acquired, acquired_at, admitted))

@@ -162,6 +162,7 @@ mod tests {
                     "ses_1",
                     2,
                     Event::InputAdmitted {
+                        content: Vec::new(),
                         input_id: "inp_1".into(),
                         prompt: "hi".into(),
                         delivery: Delivery::Queue,

@@ -537,13 +537,28 @@ impl Engine {
         prompt: &str,
         delivery: Delivery,
     ) -> Result<InputRow> {
+        self.admit_content(session_id, prompt, &[], delivery).await
+    }
+
+    /// [`Engine::admit`] of a prompt that carries resources: `prompt` is its text,
+    /// `content` its blocks, kept as they are (protocol §4.20).
+    pub async fn admit_content(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        content: &[crate::message::PromptBlock],
+        delivery: Delivery,
+    ) -> Result<InputRow> {
         check_prompt(prompt)?;
-        let (session, text) = (session_id.to_string(), prompt.to_string());
+        let (session, text, blocks) =
+            (session_id.to_string(), prompt.to_string(), content.to_vec());
         let clock = self.services.clock.clone();
         let (input, record) = self
             .services
             .db
-            .write(move |tx| sessions::admit(tx, &session, &text, delivery, clock.now_ms()))
+            .write(move |tx| {
+                sessions::admit_content(tx, &session, &text, &blocks, delivery, clock.now_ms())
+            })
             .await?;
         let _ = self.services.events.send(EngineEvent::Committed(record));
         crate::failpoint!("input.after_admit");
@@ -561,15 +576,32 @@ impl Engine {
     /// it, or the prompt is whitespace alone ([`check_prompt`]). When one runs here,
     /// the prompt is queued to it.
     pub async fn submit(&self, session_id: &str, prompt: &str) -> Result<InputRow> {
+        self.submit_content(session_id, prompt, &[]).await
+    }
+
+    /// [`Engine::submit`] of a prompt that carries resources: `prompt` is its text,
+    /// `content` its blocks, kept as they are (protocol §4.20).
+    pub async fn submit_content(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        content: &[crate::message::PromptBlock],
+    ) -> Result<InputRow> {
         check_prompt(prompt)?;
-        match self.coordinator.start_admitting(session_id, prompt) {
+        match self
+            .coordinator
+            .start_admitting(session_id, prompt, content)
+        {
             Some(answer) => answer
                 .await
                 .map_err(|_| Error::Invalid("the execution ended before answering".into()))?,
             None if self.coordinator.is_stopping() => {
                 Err(Error::Invalid("the engine is shutting down".into()))
             }
-            None => self.admit(session_id, prompt, Delivery::Queue).await,
+            None => {
+                self.admit_content(session_id, prompt, content, Delivery::Queue)
+                    .await
+            }
         }
     }
 

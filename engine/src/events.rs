@@ -63,6 +63,9 @@ pub enum Event {
     InputAdmitted {
         input_id: String,
         prompt: String,
+        /// The prompt's blocks, when it carries resources (protocol §4.20).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        content: Vec<crate::message::PromptBlock>,
         delivery: Delivery,
         wake_pending: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +315,7 @@ mod tests {
     #[test]
     fn r3_2_events_store_type_and_payload_apart() {
         let event = Event::InputAdmitted {
+            content: Vec::new(),
             input_id: "inp_1".into(),
             prompt: "hello".into(),
             delivery: Delivery::Queue,

@@ -132,6 +132,62 @@ impl MessageData {
 pub struct UserData {
     pub input_id: String,
     pub text: String,
+    /// The prompt's blocks, when it carries resources (protocol §4.20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<PromptBlock>,
+}
+
+/// One block of a prompt that carries resources (protocol §4.20): text, a link to a
+/// resource (a file the prompt mentions), or a resource given whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PromptBlock {
+    Text {
+        text: String,
+    },
+    Link {
+        uri: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    Resource {
+        uri: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// A text resource's text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// A binary resource's bytes, in base64.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        blob: Option<String>,
+    },
+}
+
+impl PromptBlock {
+    /// The prompt's text for readers that show text: its text blocks as they are, a
+    /// link as `[name](uri)`, a resource as `[uri](uri)`, one block a line.
+    pub fn text_of(blocks: &[PromptBlock]) -> String {
+        blocks
+            .iter()
+            .map(|b| match b {
+                PromptBlock::Text { text } => text.clone(),
+                PromptBlock::Link { uri, name, .. } => format!("[{name}]({uri})"),
+                PromptBlock::Resource { uri, .. } => format!("[{uri}]({uri})"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Whether a prompt of these blocks needs them kept (it carries a resource):
+    /// text alone is kept as text.
+    pub fn carry_resources(blocks: &[PromptBlock]) -> bool {
+        blocks
+            .iter()
+            .any(|b| !matches!(b, PromptBlock::Text { .. }))
+    }
 }
 
 /// Why a synthetic message exists.

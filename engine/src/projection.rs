@@ -49,6 +49,8 @@ pub struct InputRow {
     pub id: String,
     pub session_id: String,
     pub prompt: String,
+    /// The prompt's blocks, when it carries resources (protocol §4.20).
+    pub content: Vec<crate::message::PromptBlock>,
     pub delivery: Delivery,
     pub admitted_seq: i64,
     pub promoted_seq: Option<i64>,
@@ -198,10 +200,18 @@ impl Fold<'_> {
             Event::InputAdmitted {
                 input_id,
                 prompt,
+                content,
                 delivery,
                 wake_pending,
                 continuation_of,
-            } => self.admit(input_id, prompt, *delivery, *wake_pending, continuation_of),
+            } => self.admit(
+                input_id,
+                prompt,
+                content,
+                *delivery,
+                *wake_pending,
+                continuation_of,
+            ),
             Event::InputPromoted {
                 input_id,
                 message_id,
@@ -428,6 +438,7 @@ impl Fold<'_> {
         &mut self,
         input_id: &str,
         prompt: &str,
+        content: &[crate::message::PromptBlock],
         delivery: Delivery,
         wake_pending: bool,
         continuation_of: &Option<String>,
@@ -451,6 +462,7 @@ impl Fold<'_> {
                 id: input_id.to_string(),
                 session_id: e.session_id.clone(),
                 prompt: prompt.to_string(),
+                content: content.to_vec(),
                 delivery,
                 admitted_seq: e.seq,
                 promoted_seq: None,
@@ -491,6 +503,7 @@ impl Fold<'_> {
             None => MessageData::User(UserData {
                 input_id: input_id.to_string(),
                 text: input.prompt.clone(),
+                content: input.content.clone(),
             }),
         };
         self.p.touched.inputs.insert(input_id.to_string());

@@ -743,6 +743,7 @@ fn reconcile(
                 owner_alive,
             },
             Event::InputAdmitted {
+                content: Vec::new(),
                 input_id: continuation.clone(),
                 prompt: CONTINUATION_TEXT.into(),
                 delivery: Delivery::Queue,

@@ -364,6 +364,7 @@ pub(crate) fn interrupted(store: &mut Store, session: &str, stage: Stage, at: i6
                 session,
                 at,
                 Event::InputAdmitted {
+                    content: Vec::new(),
                     input_id: input.clone(),
                     prompt: "do the thing".into(),
                     delivery: Delivery::Queue,

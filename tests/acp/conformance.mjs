@@ -12,7 +12,7 @@
 //                '["/path/steward","--data-dir","/tmp/d","--script","s.toml","acp"]'
 //                (the Rust test controls it; the environment is inherited).
 //   <scenario>   turn | cancel | list | permission | crash-start | crash-load |
-//                edit | fs | fs-crash-start
+//                edit | fs | fs-crash-start | resources
 //
 // Options:
 //   --cwd DIR            session directory (session/new, session/load); default: process cwd
@@ -29,7 +29,8 @@
 //   --expect-tool YES    crash-load: "yes" (a tool failed by recovery, the default)
 //                        or "no" (the crash came before any tool call)
 //   --timeout-ms N       fail the scenario after N ms (default 60000)
-//   --file PATH          edit / fs: the file the script edits (absolute)
+//   --file PATH          edit / fs: the file the script edits (absolute);
+//                        resources: the file the prompt links to
 //   --buffer TEXT        fs: what the client's editor holds for --file
 //
 // Output: one JSON line per check on stdout,
@@ -935,6 +936,66 @@ async function scenarioFsCrashStart(opts, report) {
   await new Promise(() => {}); // killed by the test
 }
 
+/**
+ * A prompt that mentions a file (resource_link) and carries one (resource,
+ * embeddedContext), twice, with a compaction budget small enough that the second
+ * prompt compacts: the summary comes as a marked agent_thought_chunk; loaded on a
+ * new connection, the prompt replays block by block as it was sent.
+ */
+async function scenarioResources(opts, report) {
+  const blocks = [
+    { type: "text", text: opts.prompt ?? "look at these" },
+    { type: "resource_link", uri: `file://${opts.file}`, name: "linked.txt" },
+    { type: "resource", resource: { uri: `file://${opts.cwd}/pasted.rs`, mimeType: "text/x-rust", text: "fn pasted() {}" } },
+  ];
+  const sessionId = await withAgent(opts, report, async ({ ctx, wire }) => {
+    const init = await initialize(ctx, report);
+    report.check(
+      "initialize.embedded_context",
+      init.agentCapabilities?.promptCapabilities?.embeddedContext === true,
+      init.agentCapabilities,
+    );
+    const sessionId = await newSession(ctx, report, opts.cwd);
+    for (const text of ["first", "second"]) {
+      const response = await ctx.request(acp.methods.agent.session.prompt, {
+        sessionId,
+        prompt: [{ ...blocks[0], text: `${blocks[0].text} (${text})` }, ...blocks.slice(1)],
+      });
+      report.check("resources.stop_reason_end_turn", response.stopReason === "end_turn", response);
+    }
+    const updates = wire.sessionUpdates(sessionId);
+    const summaries = updates.filter(
+      (u) => u.update.sessionUpdate === "agent_thought_chunk" && u.update._meta?.steward?.kind === "compaction",
+    );
+    report.check("resources.compaction_is_a_marked_thought", summaries.length === 1, updates.map((u) => u.update));
+    report.check(
+      "resources.compaction_not_agent_text",
+      !chunkText(updates, "agent_message_chunk").includes("Compacted conversation"),
+      chunkText(updates, "agent_message_chunk"),
+    );
+    return sessionId;
+  });
+  await withAgent(opts, report, async ({ ctx, wire }) => {
+    await initialize(ctx, report);
+    await ctx.request(acp.methods.agent.session.load, { sessionId, cwd: opts.cwd, mcpServers: [] });
+    const users = wire
+      .sessionUpdates(sessionId)
+      .filter((u) => u.update.sessionUpdate === "user_message_chunk")
+      .map((u) => u.update.content);
+    report.check(
+      "resources.replayed_block_by_block",
+      JSON.stringify(users.map((b) => b.type)) === JSON.stringify(["text", "resource_link", "resource", "text", "resource_link", "resource"]),
+      users,
+    );
+    report.check(
+      "resources.link_kept",
+      users[1]?.uri === blocks[1].uri && users[1]?.name === "linked.txt",
+      users[1],
+    );
+    report.check("resources.resource_kept", users[2]?.resource?.text === "fn pasted() {}", users[2]);
+  });
+}
+
 const SCENARIOS = {
   edit: scenarioEdit,
   fs: scenarioFs,
@@ -945,6 +1006,7 @@ const SCENARIOS = {
   permission: scenarioPermission,
   "crash-start": scenarioCrashStart,
   "crash-load": scenarioCrashLoad,
+  resources: scenarioResources,
 };
 
 // ---------------------------------------------------------------------------

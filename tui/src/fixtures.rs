@@ -468,6 +468,7 @@ pub fn chat() -> App {
 /// A queued prompt waiting behind a running turn.
 pub fn queued() -> InputRow {
     InputRow {
+        content: Vec::new(),
         id: "inp_q".into(),
         session_id: SESSION.into(),
         prompt: "and then the lints".into(),

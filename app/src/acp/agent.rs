@@ -19,7 +19,6 @@ use agent_client_protocol_schema::v1::{
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use steward_engine::events::Event;
-use steward_engine::inspect::pages::PageRequest;
 use steward_engine::tools::{BoxFuture, Decision, Permission, PermissionRequest};
 use steward_engine::{Engine, EngineEvent, Error, Outcome, SessionOutcome};
 
@@ -294,6 +293,9 @@ impl Agent {
             (fs.read_text_file, fs.write_text_file);
         let capabilities = AgentCapabilities::new()
             .load_session(true)
+            .prompt_capabilities(
+                agent_client_protocol_schema::v1::PromptCapabilities::new().embedded_context(true),
+            )
             .mcp_capabilities(agent_client_protocol_schema::v1::McpCapabilities::new().http(true))
             .session_capabilities(SessionCapabilities::new().list(SessionListCapabilities::new()));
         to_value(

@@ -1,6 +1,7 @@
 //! The transcript as ACP `session/update`s: user prompts as `user_message_chunk`,
 //! assistant text and the engine's own notes (recovery, continuation, cancellation)
-//! as `agent_message_chunk`, each tool call as a `tool_call` and its progress as
+//! as `agent_message_chunk`, the compaction summary as a marked
+//! `agent_thought_chunk`, each tool call as a `tool_call` and its progress as
 //! `tool_call_update`s — recovery's failed tools included, with the exact restart
 //! text. The same mapping serves a live turn (from committed events) and
 //! `session/load` (from the stored transcript); a [`Stream`] remembers what one
@@ -15,8 +16,8 @@ use agent_client_protocol_schema::v1::{
 use serde_json::Value;
 use steward_engine::events::Event;
 use steward_engine::message::{
-    AssistantData, MessageData, MessageError, Part, SyntheticData, SyntheticKind, ToolPart,
-    ToolStatus,
+    AssistantData, MessageData, MessageError, Part, PromptBlock, SyntheticData, SyntheticKind,
+    TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus, UserData,
 };
 use steward_engine::projection::MessageRow;
 
@@ -70,8 +71,74 @@ pub fn thought(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::AgentThoughtChunk(text_chunk(text.into()))
 }
 
+/// The compaction summary: what the model continues from, not the agent's answer
+/// (it retells the conversation, the user's prompts included). Sent as thought
+/// text, labelled (`Compacted conversation: …`) and marked in `_meta`:
+/// `{"steward": {"kind": "compaction", "throughSeq": N}}` (protocol §3.2).
+pub fn compaction(s: &SyntheticData) -> SessionUpdate {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "steward".into(),
+        serde_json::json!({"kind": "compaction", "throughSeq": s.through_seq}),
+    );
+    SessionUpdate::AgentThoughtChunk(text_chunk(synthetic_text(s)).meta(meta))
+}
+
 pub fn user_text(text: impl Into<String>) -> SessionUpdate {
     SessionUpdate::UserMessageChunk(text_chunk(text.into()))
+}
+
+/// A user's prompt as the client sent it: block by block when it carries resources
+/// (a link as a `resource_link`, a resource as itself; protocol §4.20), else its
+/// text.
+pub fn user_prompt(user: &UserData) -> Vec<SessionUpdate> {
+    use agent_client_protocol_schema::v1::{
+        BlobResourceContents, EmbeddedResource, EmbeddedResourceResource, ResourceLink,
+        TextResourceContents,
+    };
+    if user.content.is_empty() {
+        return vec![user_text(user.text.clone())];
+    }
+    user.content
+        .iter()
+        .map(|block| {
+            let block = match block {
+                PromptBlock::Text { text } => ContentBlock::from(text.clone()),
+                PromptBlock::Link {
+                    uri,
+                    name,
+                    title,
+                    mime_type,
+                } => ContentBlock::ResourceLink(
+                    ResourceLink::new(name.clone(), uri.clone())
+                        .title(title.clone())
+                        .mime_type(mime_type.clone()),
+                ),
+                PromptBlock::Resource {
+                    uri,
+                    mime_type,
+                    text,
+                    blob,
+                } => {
+                    let resource = match text {
+                        Some(text) => EmbeddedResourceResource::TextResourceContents(
+                            TextResourceContents::new(text.clone(), uri.clone())
+                                .mime_type(mime_type.clone()),
+                        ),
+                        None => EmbeddedResourceResource::BlobResourceContents(
+                            BlobResourceContents::new(
+                                blob.clone().unwrap_or_default(),
+                                uri.clone(),
+                            )
+                            .mime_type(mime_type.clone()),
+                        ),
+                    };
+                    ContentBlock::Resource(EmbeddedResource::new(resource))
+                }
+            };
+            SessionUpdate::UserMessageChunk(ContentChunk::new(block))
+        })
+        .collect()
 }
 
 pub fn tool_called(
@@ -223,6 +290,10 @@ pub struct Stream {
     last_text: Option<String>,
     /// Agent chunks sent so far.
     texts: u64,
+    /// The calls of each recovered execution whose outcome is unknown (by
+    /// execution id), as the transcript or a live recovery showed them: the
+    /// continuation's first live update names them again ([`Stream::ending`]).
+    unknown: HashMap<String, Vec<String>>,
 }
 
 impl Stream {
@@ -236,7 +307,7 @@ impl Stream {
     /// starts without a paragraph break; when something did (a continuation still
     /// running), it is set apart. Another process's prompt is shown as the
     /// client's would be.
-    pub fn prompt(&mut self, text: &str, own_sent_at: Option<u64>) -> Vec<SessionUpdate> {
+    pub fn prompt(&mut self, user: &UserData, own_sent_at: Option<u64>) -> Vec<SessionUpdate> {
         match own_sent_at {
             Some(at) => {
                 if self.texts == at {
@@ -244,7 +315,10 @@ impl Stream {
                 }
                 Vec::new()
             }
-            None => vec![self.other(user_text(text.to_string()))],
+            None => user_prompt(user)
+                .into_iter()
+                .map(|u| self.other(u))
+                .collect(),
         }
     }
 
@@ -274,6 +348,15 @@ impl Stream {
         agent_text(text)
     }
 
+    /// An engine note: agent text with its mark, or the compaction summary as a
+    /// marked thought ([`compaction`]).
+    fn note(&mut self, message_id: &str, s: &SyntheticData) -> SessionUpdate {
+        if s.kind == SyntheticKind::Compaction {
+            return self.other(compaction(s));
+        }
+        self.agent(message_id, &synthetic_text(s))
+    }
+
     fn other(&mut self, update: SessionUpdate) -> SessionUpdate {
         self.last_text = None;
         update
@@ -297,8 +380,19 @@ impl Stream {
         let mut out = Vec::new();
         for message in messages {
             match &message.data {
-                MessageData::User(u) => out.push(self.other(user_text(u.text.clone()))),
-                MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+                MessageData::User(u) => {
+                    for update in user_prompt(u) {
+                        out.push(self.other(update));
+                    }
+                }
+                MessageData::Synthetic(s) => {
+                    // A continuation already in the transcript has run: nothing is
+                    // left to say live.
+                    if let Some(execution) = &s.execution_id {
+                        self.unknown.remove(execution);
+                    }
+                    out.push(self.note(&message.id, s));
+                }
                 MessageData::Assistant(a) => {
                     out.extend(self.unavailable(&message.id, &a.unavailable));
                     for part in &a.parts {
@@ -326,10 +420,29 @@ impl Stream {
                         }
                     }
                     out.extend(self.unsaid_error(&message.id, a));
+                    self.remember_unknown(a);
                 }
             }
         }
         out
+    }
+
+    /// Keeps the calls of a recovered assistant whose outcome is unknown.
+    fn remember_unknown(&mut self, a: &AssistantData) {
+        let unknown: Vec<String> = a
+            .tools()
+            .filter(|t| {
+                t.state.status == ToolStatus::Error
+                    && t.state
+                        .error
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with(TOOL_OUTCOME_UNKNOWN))
+            })
+            .map(|t| format!("`{}`", title(&t.tool, &t.state.input)))
+            .collect();
+        if !unknown.is_empty() {
+            self.unknown.insert(a.execution_id.clone(), unknown);
+        }
     }
 
     /// The error of an assistant, unless a recovery text part already said it.
@@ -398,8 +511,31 @@ impl Stream {
     pub fn ending(&mut self, message: &MessageRow) -> Vec<SessionUpdate> {
         let mut out = Vec::new();
         match &message.data {
-            MessageData::Synthetic(s) => out.push(self.agent(&message.id, &synthetic_text(s))),
+            // A client that hides what a load replays (and what comes just after
+            // it) never saw the tool that failed as "outcome unknown": the
+            // continuation's own note, its first live update, says it again.
+            MessageData::Synthetic(s) => {
+                let unknown = match (s.kind, &s.execution_id) {
+                    (SyntheticKind::Continuation, Some(execution)) => {
+                        self.unknown.remove(execution)
+                    }
+                    _ => None,
+                };
+                match unknown {
+                    Some(calls) => {
+                        let text = format!(
+                            "{}. {} (it was running when Steward stopped; it is not run again): {}",
+                            synthetic_text(s),
+                            TOOL_OUTCOME_UNKNOWN,
+                            calls.join(", ")
+                        );
+                        out.push(self.agent(&message.id, &text));
+                    }
+                    None => out.push(self.note(&message.id, s)),
+                }
+            }
             MessageData::Assistant(a) => {
+                self.remember_unknown(a);
                 for part in &a.parts {
                     match part {
                         Part::Tool(tool) if self.tools.contains_key(&tool.call_id) => {
@@ -460,6 +596,14 @@ mod tests {
             time_created: 0,
             time_updated: 0,
             data: MessageData::from_json(kind, &data.to_string()).unwrap(),
+        }
+    }
+
+    fn user(text: &str) -> UserData {
+        UserData {
+            input_id: "inp_1".into(),
+            text: text.into(),
+            content: Vec::new(),
         }
     }
 
@@ -561,17 +705,17 @@ mod tests {
         stream.event(&text("p1", "first answer"));
         // The client's prompt, with nothing streamed since it was sent.
         let sent_at = stream.texts();
-        assert!(stream.prompt("again", Some(sent_at)).is_empty());
+        assert!(stream.prompt(&user("again"), Some(sent_at)).is_empty());
         let next = json_of(stream.event(&text("p2", "second answer")));
         assert_eq!(next[0]["content"]["text"], "second answer");
         // A continuation streamed after the client sent it: the answer is set apart.
         let sent_at = stream.texts();
         stream.event(&text("p3", "continuing"));
-        stream.prompt("more", Some(sent_at));
+        stream.prompt(&user("more"), Some(sent_at));
         let next = json_of(stream.event(&text("p4", "third answer")));
         assert_eq!(next[0]["content"]["text"], "\n\nthird answer");
         // Another process's prompt is shown as a user message.
-        let shown = json_of(stream.prompt("from elsewhere", None));
+        let shown = json_of(stream.prompt(&user("from elsewhere"), None));
         assert_eq!(shown[0]["sessionUpdate"], "user_message_chunk");
         assert_eq!(shown[0]["content"]["text"], "from elsewhere");
     }
@@ -590,6 +734,67 @@ mod tests {
             .map(|u| serde_json::to_value(u).unwrap()["content"]["text"].clone())
             .collect();
         assert_eq!(sent, vec![json!("a "), json!("b"), json!("\n\nc")]);
+    }
+
+    fn continuation() -> MessageRow {
+        row(
+            "msg_c",
+            MessageKind::Synthetic,
+            json!({"kind": "continuation", "text": "The server restarted…",
+                   "label": "Continuing after restart", "execution_id": "exe_1"}),
+        )
+    }
+
+    #[test]
+    fn a_continuation_run_live_after_a_replay_names_the_tool_whose_outcome_is_unknown() {
+        let mut stream = Stream::default();
+        stream.replay(&[interrupted_assistant()]);
+        let live = json_of(stream.ending(&continuation()));
+        assert_eq!(
+            live[0]["content"]["text"],
+            "\n\n↻ Continuing after restart. Tool execution outcome unknown after server restart \
+             (it was running when Steward stopped; it is not run again): `run_command sleep 300`"
+        );
+        // Said once.
+        let again = json_of(stream.ending(&continuation()));
+        assert_eq!(again[0]["content"]["text"], "↻ Continuing after restart");
+        // A transcript whose continuation already ran has nothing left to say.
+        let mut stream = Stream::default();
+        stream.replay(&[interrupted_assistant(), continuation()]);
+        assert!(stream.unknown.is_empty());
+    }
+
+    #[test]
+    fn the_compaction_summary_is_a_marked_thought_and_a_prompt_s_resources_replay_as_themselves() {
+        let compacted = row(
+            "msg_s",
+            MessageKind::Synthetic,
+            json!({"kind": "compaction", "text": "The user asked for x.",
+                   "label": "Compacted conversation", "through_seq": 7}),
+        );
+        let prompt = row(
+            "msg_u",
+            MessageKind::User,
+            json!({"input_id": "i", "text": "see\n[a.txt](file:///w/a.txt)", "content": [
+                {"type": "text", "text": "see"},
+                {"type": "link", "uri": "file:///w/a.txt", "name": "a.txt"},
+                {"type": "resource", "uri": "file:///w/b.rs", "text": "fn b() {}"}
+            ]}),
+        );
+        let updates = json_of(Stream::default().replay(&[compacted, prompt]));
+        assert_eq!(
+            updates,
+            vec![
+                json!({"sessionUpdate": "agent_thought_chunk",
+                       "content": {"type": "text", "text": "Compacted conversation: The user asked for x."},
+                       "_meta": {"steward": {"kind": "compaction", "throughSeq": 7}}}),
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "see"}}),
+                json!({"sessionUpdate": "user_message_chunk",
+                       "content": {"type": "resource_link", "uri": "file:///w/a.txt", "name": "a.txt"}}),
+                json!({"sessionUpdate": "user_message_chunk",
+                       "content": {"type": "resource", "resource": {"uri": "file:///w/b.rs", "text": "fn b() {}"}}}),
+            ]
+        );
     }
 
     #[test]

@@ -464,7 +464,7 @@ impl Views {
                     .iter()
                     .position(|(text, _)| *text == user.text)
                     .map(|i| view.prompts.remove(i).1);
-                updates.extend(view.stream.prompt(&user.text, own));
+                updates.extend(view.stream.prompt(user, own));
             }
             Some(message) => updates.extend(view.stream.ending(message)),
             None => {}

@@ -145,6 +145,7 @@ fn build(path: &Path, spec: Spec) {
                     let call = format!("call_{turn}");
                     append(
                         Event::InputAdmitted {
+                            content: Vec::new(),
                             input_id: input.clone(),
                             prompt: format!("Turn {turn}: look at src/lib.rs and fix the test"),
                             delivery: Delivery::Queue,

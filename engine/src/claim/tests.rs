@@ -444,6 +444,7 @@ fn r4_7_clear_waits_for_an_input_admitted_at_the_last_moment() {
                 SESSION,
                 T0,
                 Event::InputAdmitted {
+                    content: Vec::new(),
                     input_id: "inp_late".into(),
                     prompt: "one more thing".into(),
                     delivery: crate::events::Delivery::Queue,

@@ -417,6 +417,7 @@ async fn i10_wakes_that_ring_a_running_execution_keep_their_scope() {
         .db()
         .write(move |tx| {
             crate::store::events::append_unowned(tx, &sid, now, Event::InputAdmitted {
+                content: Vec::new(),
                 input_id: "inp_rec_exe_earlier".into(),
                 prompt: crate::message::CONTINUATION_TEXT.into(),
                 delivery: Delivery::Queue,

@@ -112,6 +112,7 @@ fn r3_1_every_event_needs_its_session() {
 fn r3_1_admission_and_promotion_project_inputs_and_messages() {
     let mut log = Log::new();
     log.push(Event::InputAdmitted {
+        content: Vec::new(),
         input_id: "inp_1".into(),
         prompt: "hello".into(),
         delivery: Delivery::Queue,
@@ -121,6 +122,7 @@ fn r3_1_admission_and_promotion_project_inputs_and_messages() {
     assert_eq!(
         log.p.inputs["inp_1"],
         InputRow {
+            content: Vec::new(),
             id: "inp_1".into(),
             session_id: S.into(),
             prompt: "hello".into(),
@@ -147,6 +149,7 @@ fn r3_1_admission_and_promotion_project_inputs_and_messages() {
             time_created: 1002,
             time_updated: 1002,
             data: MessageData::User(UserData {
+                content: Vec::new(),
                 input_id: "inp_1".into(),
                 text: "hello".into()
             }),
@@ -172,6 +175,7 @@ fn r3_1_admission_and_promotion_project_inputs_and_messages() {
 fn r5_6_a_promoted_continuation_is_a_labelled_synthetic_message() {
     let mut log = Log::new();
     log.push(Event::InputAdmitted {
+        content: Vec::new(),
         input_id: "inp_rec_exe_9".into(),
         prompt: crate::message::CONTINUATION_TEXT.into(),
         delivery: Delivery::Queue,
@@ -195,6 +199,7 @@ fn i15_a_continuation_id_must_derive_from_its_own_execution() {
     let mut log = Log::new();
     let err = log
         .try_push(Event::InputAdmitted {
+            content: Vec::new(),
             input_id: "inp_rec_exe_other".into(),
             prompt: "x".into(),
             delivery: Delivery::Queue,
@@ -626,6 +631,7 @@ fn i15_an_input_of_another_session_is_never_promoted_here() {
     log.p.inputs.insert(
         "inp_x".into(),
         InputRow {
+            content: Vec::new(),
             id: "inp_x".into(),
             session_id: "ses_other".into(),
             prompt: "elsewhere".into(),

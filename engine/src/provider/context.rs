@@ -4,7 +4,7 @@
 //! result, so the request is always well-formed. A compaction summary stands for
 //! everything before it.
 
-use crate::message::{MessageData, Part, SyntheticKind, ToolStatus};
+use crate::message::{MessageData, Part, PromptBlock, SyntheticKind, ToolStatus, UserData};
 use crate::projection::MessageRow;
 use crate::provider::{ChatMessage, ToolCall};
 
@@ -17,18 +17,93 @@ pub fn system_prompt(directory: &str) -> String {
     )
 }
 
-/// The conversation for the next request, from messages in transcript order.
+/// What reading the files prompts link to gave, by URI: the text, or why it could
+/// not be read (protocol §4.20).
+pub type Linked = std::collections::HashMap<String, Result<String, String>>;
+
+/// The conversation for the next request, from messages in transcript order. A
+/// prompt's links stay the references its text has ([`conversation_with`] reads
+/// them).
 pub fn conversation(directory: &str, messages: &[MessageRow]) -> Vec<ChatMessage> {
-    let mut out = vec![ChatMessage::System(system_prompt(directory))];
+    conversation_with(directory, messages, None)
+}
+
+/// The messages the next request is built from: those from the latest compaction
+/// summary on.
+fn sent(messages: &[MessageRow]) -> &[MessageRow] {
     let start = messages
         .iter()
         .rposition(
             |m| matches!(&m.data, MessageData::Synthetic(s) if s.kind == SyntheticKind::Compaction),
         )
         .unwrap_or(0);
-    for message in &messages[start..] {
+    &messages[start..]
+}
+
+/// The URIs of the files the prompts of the next request link to.
+pub fn links(messages: &[MessageRow]) -> Vec<String> {
+    let mut uris: Vec<String> = sent(messages)
+        .iter()
+        .filter_map(|m| match &m.data {
+            MessageData::User(u) => Some(&u.content),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|b| match b {
+            PromptBlock::Link { uri, .. } => Some(uri.clone()),
+            _ => None,
+        })
+        .collect();
+    uris.sort();
+    uris.dedup();
+    uris
+}
+
+/// A user's message as the model sees it (protocol §4.20): its text, then each
+/// resource its prompt carries — one given whole as its text, a linked file as
+/// `linked` has it, or why it could not be read. Without `linked`, a link is the
+/// reference the text has.
+pub fn user_text(u: &UserData, linked: Option<&Linked>) -> String {
+    let mut text = u.text.clone();
+    let resource = |text: &mut String, uri: &str, body: &str| {
+        text.push_str(&format!(
+            "\n\n<resource uri=\"{uri}\">\n{body}\n</resource>"
+        ));
+    };
+    for block in &u.content {
+        match block {
+            PromptBlock::Text { .. } => {}
+            PromptBlock::Link { uri, name, .. } => match linked.and_then(|l| l.get(uri)) {
+                Some(Ok(body)) => resource(&mut text, uri, body),
+                Some(Err(why)) => text.push_str(&format!(
+                    "\n\n[Steward] The prompt's file {name} ({uri}) could not be read: {why}."
+                )),
+                None => {}
+            },
+            PromptBlock::Resource {
+                uri,
+                text: Some(body),
+                ..
+            } => resource(&mut text, uri, body),
+            PromptBlock::Resource { uri, mime_type, .. } => text.push_str(&format!(
+                "\n\n[Steward] The prompt's resource {uri} is binary ({}): it is not shown.",
+                mime_type.as_deref().unwrap_or("no type given")
+            )),
+        }
+    }
+    text
+}
+
+/// [`conversation`], with the files prompts link to as `linked` has them.
+pub fn conversation_with(
+    directory: &str,
+    messages: &[MessageRow],
+    linked: Option<&Linked>,
+) -> Vec<ChatMessage> {
+    let mut out = vec![ChatMessage::System(system_prompt(directory))];
+    for message in sent(messages) {
         match &message.data {
-            MessageData::User(u) => out.push(ChatMessage::User(u.text.clone())),
+            MessageData::User(u) => out.push(ChatMessage::User(user_text(u, linked))),
             MessageData::Synthetic(s) => match s.kind {
                 SyntheticKind::Compaction => out.push(ChatMessage::User(format!(
                     "Summary of the conversation so far:\n{}",
@@ -212,6 +287,64 @@ mod tests {
         })
     }
 
+    #[test]
+    fn r4_20_a_prompt_s_resources_follow_its_text_and_an_unread_file_says_why() {
+        let u = UserData {
+            input_id: "inp_1".into(),
+            text: "look\n[a.txt](file:///w/a.txt)\n[b.txt](file:///b.txt)".into(),
+            content: vec![
+                PromptBlock::Text {
+                    text: "look".into(),
+                },
+                PromptBlock::Link {
+                    uri: "file:///w/a.txt".into(),
+                    name: "a.txt".into(),
+                    title: None,
+                    mime_type: None,
+                },
+                PromptBlock::Link {
+                    uri: "file:///b.txt".into(),
+                    name: "b.txt".into(),
+                    title: None,
+                    mime_type: None,
+                },
+                PromptBlock::Resource {
+                    uri: "file:///w/c.rs".into(),
+                    mime_type: None,
+                    text: Some("fn c() {}".into()),
+                    blob: None,
+                },
+                PromptBlock::Resource {
+                    uri: "file:///w/d.png".into(),
+                    mime_type: Some("image/png".into()),
+                    text: None,
+                    blob: Some("iVBO".into()),
+                },
+            ],
+        };
+        let linked: Linked = [
+            ("file:///w/a.txt".to_string(), Ok("A".to_string())),
+            (
+                "file:///b.txt".to_string(),
+                Err("it is outside the session directory".to_string()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            user_text(&u, Some(&linked)),
+            "look\n[a.txt](file:///w/a.txt)\n[b.txt](file:///b.txt)\n\n\
+             <resource uri=\"file:///w/a.txt\">\nA\n</resource>\n\n\
+             [Steward] The prompt's file b.txt (file:///b.txt) could not be read: it is outside the session directory.\n\n\
+             <resource uri=\"file:///w/c.rs\">\nfn c() {}\n</resource>\n\n\
+             [Steward] The prompt's resource file:///w/d.png is binary (image/png): it is not shown."
+        );
+        let messages = vec![row(0, MessageData::User(u.clone()))];
+        assert_eq!(links(&messages), vec!["file:///b.txt", "file:///w/a.txt"]);
+        // Without reading, a link is the reference its text has.
+        assert!(!user_text(&u, None).contains("could not be read"));
+    }
+
     fn row(seq: i64, data: MessageData) -> MessageRow {
         MessageRow {
             id: format!("msg_{seq}"),
@@ -237,6 +370,7 @@ mod tests {
                 MessageData::User(UserData {
                     input_id: "inp_1".into(),
                     text: "hi".into(),
+                    content: Vec::new(),
                 }),
             ),
             row(
@@ -355,6 +489,7 @@ mod tests {
                 MessageData::User(UserData {
                     input_id: "i".into(),
                     text: "old".into(),
+                    content: Vec::new(),
                 }),
             ),
             row(3, summary),
@@ -363,6 +498,7 @@ mod tests {
                 MessageData::User(UserData {
                     input_id: "j".into(),
                     text: "new".into(),
+                    content: Vec::new(),
                 }),
             ),
         ];

@@ -91,7 +91,64 @@ fn tool_list(tools: &[crate::provider::ToolSpec]) -> (String, String) {
     (format!("sha256:{hex}"), listed)
 }
 
+/// How long the files a prompt links to may take to read, all together.
+const LINK_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Execution {
+    /// Reads the files the prompts of the next request link to (protocol §4.20), as
+    /// `read_file` reads from disk, and never asking: on a thread of its own, which
+    /// is abandoned (detached) when it has not finished within [`LINK_READ_LIMIT`]
+    /// — the file system can hang — and each file is then said to be unread.
+    async fn read_links(&self, messages: &[MessageRow]) -> context::Linked {
+        let uris = context::links(messages);
+        if uris.is_empty() {
+            return context::Linked::new();
+        }
+        let ctx = crate::tools::ToolContext {
+            directory: self.session.directory.clone().into(),
+            config: self.services.config.tools.clone(),
+            data_dir: self
+                .services
+                .db
+                .path()
+                .and_then(|p| p.parent())
+                .map(Into::into),
+            approved: None,
+            shown: None,
+            client: None,
+        };
+        let (done, read) = tokio::sync::oneshot::channel();
+        let wanted = uris.clone();
+        let spawned = std::thread::Builder::new()
+            .name("steward-prompt-files".into())
+            .spawn(move || {
+                let linked = wanted
+                    .into_iter()
+                    .map(|uri| {
+                        let text = crate::tools::fs::linked_text(&ctx, &uri);
+                        (uri, text)
+                    })
+                    .collect::<context::Linked>();
+                let _ = done.send(linked);
+            });
+        let unread = |why: String| {
+            uris.iter()
+                .map(|uri| (uri.clone(), Err(why.clone())))
+                .collect::<context::Linked>()
+        };
+        if let Err(e) = spawned {
+            return unread(format!("it could not be read: {e}"));
+        }
+        match tokio::time::timeout(LINK_READ_LIMIT, read).await {
+            Ok(Ok(linked)) => linked,
+            Ok(Err(_)) => unread("reading it failed".into()),
+            Err(_) => unread(format!(
+                "reading it did not finish within {} s",
+                LINK_READ_LIMIT.as_secs()
+            )),
+        }
+    }
+
     pub(crate) async fn step(&mut self, messages: Vec<MessageRow>) -> Flow<StepEnd> {
         let step_index = messages
             .iter()
@@ -120,11 +177,16 @@ impl Execution {
         for missing in &offered.unavailable {
             tracing::warn!(server = %missing.server, error = %missing.error, "an MCP server's tools are not offered");
         }
+        let linked = tokio::select! {
+            _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+            _ = self.lost.cancelled() => return Err(Stop::Lost),
+            linked = self.read_links(&messages) => linked,
+        };
         let request = ProviderRequest {
             session_id: self.claim.session_id.clone(),
             purpose: Purpose::Step,
             step_index,
-            messages: context::conversation(&self.session.directory, &messages),
+            messages: context::conversation_with(&self.session.directory, &messages, Some(&linked)),
             tools,
         };
         let provider = self.provider.clone();

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{Error, Result};
 use crate::events::Delivery;
+use crate::ids;
 use crate::message::{MessageData, MessageKind};
 use crate::projection::{InputRow, MessageRow, Needs, Projection, SessionRow};
 
@@ -86,6 +87,7 @@ fn input_row(r: &Row<'_>) -> rusqlite::Result<(InputRow, String)> {
             id: r.get(0)?,
             session_id: r.get(1)?,
             prompt: r.get(2)?,
+            content: Vec::new(),
             delivery: Delivery::Queue,
             admitted_seq: r.get(4)?,
             promoted_seq: r.get(5)?,
@@ -99,6 +101,31 @@ fn input_row(r: &Row<'_>) -> rusqlite::Result<(InputRow, String)> {
 fn decode_input((mut row, delivery): (InputRow, String)) -> Result<InputRow> {
     row.delivery = Delivery::parse(&delivery)
         .ok_or_else(|| Error::corrupt(format!("input {}: unknown delivery {delivery}", row.id)))?;
+    Ok(row)
+}
+
+/// An input with the blocks of its prompt, when it carries resources (protocol
+/// §4.20). They are kept in its `input.admitted` event (found by its key, the
+/// session and `admitted_seq`), not in `session_input`: a prompt's text is all
+/// that every other reader needs.
+fn with_content(conn: &Connection, mut row: InputRow) -> Result<InputRow> {
+    if ids::continuation_execution(&row.id).is_some() {
+        return Ok(row);
+    }
+    let data: Option<String> = conn
+        .prepare_cached("SELECT data FROM event WHERE aggregate_id = ?1 AND seq = ?2")?
+        .query_row(params![row.session_id, row.admitted_seq], |r| r.get(0))
+        .optional()?;
+    #[derive(serde::Deserialize)]
+    struct Admitted {
+        #[serde(default)]
+        content: Vec<crate::message::PromptBlock>,
+    }
+    if let Some(data) = data {
+        row.content = serde_json::from_str::<Admitted>(&data)
+            .map_err(|e| Error::corrupt(format!("input {}: its admission: {e}", row.id)))?
+            .content;
+    }
     Ok(row)
 }
 
@@ -268,7 +295,7 @@ pub fn input(conn: &Connection, id: &str) -> Result<Option<InputRow>> {
     ))?;
     stmt.query_row([id], input_row)
         .optional()?
-        .map(decode_input)
+        .map(|r| decode_input(r).and_then(|r| with_content(conn, r)))
         .transpose()
 }
 
@@ -280,8 +307,12 @@ pub fn inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRow>> {
         " FROM session_input WHERE session_id = ?1 ORDER BY admitted_seq"
     ))?;
     let rows = stmt.query_map([session_id], input_row)?;
-    rows.map(|r| r.map_err(Error::from).and_then(decode_input))
-        .collect()
+    rows.map(|r| {
+        r.map_err(Error::from)
+            .and_then(decode_input)
+            .and_then(|r| with_content(conn, r))
+    })
+    .collect()
 }
 
 /// The pending inputs of a session in admitted order.
@@ -292,8 +323,12 @@ pub fn pending_inputs(conn: &Connection, session_id: &str) -> Result<Vec<InputRo
         " FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL ORDER BY admitted_seq"
     ))?;
     let rows = stmt.query_map([session_id], input_row)?;
-    rows.map(|r| r.map_err(Error::from).and_then(decode_input))
-        .collect()
+    rows.map(|r| {
+        r.map_err(Error::from)
+            .and_then(decode_input)
+            .and_then(|r| with_content(conn, r))
+    })
+    .collect()
 }
 
 /// Loads the rows `needs` names (and the session row) into a partial projection.

@@ -160,6 +160,19 @@ pub fn admit(
     delivery: Delivery,
     now_ms: i64,
 ) -> Result<(InputRow, EventRecord)> {
+    admit_content(tx, session_id, prompt, &[], delivery, now_ms)
+}
+
+/// [`admit`] of a prompt that carries resources: its blocks are kept as they are
+/// (protocol §4.20).
+pub fn admit_content(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    prompt: &str,
+    content: &[crate::message::PromptBlock],
+    delivery: Delivery,
+    now_ms: i64,
+) -> Result<(InputRow, EventRecord)> {
     if rows::session(tx, session_id)?.is_none() {
         return Err(Error::NotFound {
             kind: "session",
@@ -174,6 +187,7 @@ pub fn admit(
         Event::InputAdmitted {
             input_id: input_id.clone(),
             prompt: prompt.to_string(),
+            content: content.to_vec(),
             delivery,
             wake_pending: delivery == Delivery::Queue,
             continuation_of: None,

@@ -296,6 +296,7 @@ fn r2_4_upgrading_a_populated_database_keeps_every_row() {
                             Event::InputAdmitted {
                                 input_id: format!("inp_{i:03}"),
                                 prompt: "hello".into(),
+                                content: Vec::new(),
                                 delivery: Delivery::Queue,
                                 wake_pending: true,
                                 continuation_of: None,
@@ -399,6 +400,7 @@ fn r3_1_append_numbers_events_per_session_and_projects_in_the_same_transaction()
             "ses_a",
             7,
             Event::InputAdmitted {
+                content: Vec::new(),
                 input_id: "inp_1".into(),
                 prompt: "x".into(),
                 delivery: Delivery::Admit,

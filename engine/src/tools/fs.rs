@@ -70,6 +70,61 @@ pub(crate) fn current_text(
     text_of(file, &located.path).map(Some)
 }
 
+/// The largest file a prompt's link brings into the model's context (protocol
+/// §4.20).
+pub const MAX_LINKED_BYTES: u64 = 256 << 10;
+
+/// The text of the file a prompt links to (`file://` URI), for the model's context
+/// (protocol §4.20): located and opened exactly as `read_file` opens it, and not
+/// read where `read_file` would ask first (outside the session's directory, a
+/// credential location, …: no one is asked here), nor when it is larger than
+/// [`MAX_LINKED_BYTES`] or not UTF-8 text. The error says why.
+pub fn linked_text(ctx: &ToolContext, uri: &str) -> Result<String, String> {
+    let path = file_path(uri).ok_or_else(|| "it is not a file:// URI".to_string())?;
+    let located = reach::locate(ctx, &path)?;
+    if let Some(guard) = located.guard {
+        return Err(format!(
+            "it is {} (read_file asks before it reads there)",
+            guard.describe()
+        ));
+    }
+    if std::fs::symlink_metadata(&located.path).is_err() {
+        return Err("it does not exist".into());
+    }
+    let (file, meta) = open_regular(ctx, &located)?;
+    if meta.len() > MAX_LINKED_BYTES {
+        return Err(format!(
+            "it is {} bytes, more than the {MAX_LINKED_BYTES} a prompt's file may be",
+            meta.len()
+        ));
+    }
+    text_of(file, &located.path)
+}
+
+/// The path of a `file://` URI (`file:///a%20b` is `/a b`); `None` for another
+/// scheme, a host other than `localhost`, or a bad escape.
+fn file_path(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// All of `file`, as UTF-8 text.
 pub(crate) fn text_of(mut file: File, path: &Path) -> Result<String, String> {
     let mut bytes = Vec::new();

@@ -1,6 +1,7 @@
 //! `session/prompt`: a turn, from the prompt to the answer that says how it ended.
 
 use super::*;
+use steward_engine::message::PromptBlock;
 
 impl Agent {
     /// Runs a turn: the prompt is admitted (with the session's claim, in one
@@ -12,7 +13,7 @@ impl Agent {
         turn: TurnGuard,
     ) -> Result<Value, Failure> {
         let session = request.session_id.0.to_string();
-        let text = prompt_text(&request.prompt)?;
+        let (text, content) = prompt_text(&request.prompt)?;
         // A prompt sent right behind a load of its session runs after the load.
         tokio::select! {
             loaded = self.views.after_loads(&session) => loaded?,
@@ -25,7 +26,7 @@ impl Agent {
             .map_err(engine_failure)?;
         self.views.expect_prompt(&session, &text);
         let mut events = self.engine.subscribe();
-        let input = match self.engine.submit(&session, &text).await {
+        let input = match self.engine.submit_content(&session, &text, &content).await {
             Ok(input) => input,
             Err(e) => {
                 self.views.forget_prompt(&session, &text);
@@ -207,29 +208,61 @@ fn turn_hit_a_limit(turn: &[steward_engine::projection::MessageRow], kind: &str)
     }
 }
 
-/// The prompt as the engine's text: text blocks as they are, resource links as a
-/// reference line. Other blocks are not advertised, and are refused.
-pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Failure> {
-    let mut parts = Vec::new();
+/// The prompt as the engine takes it: its text, and — when it carries resources —
+/// its blocks, kept as they are (protocol §4.20): a `resource_link` as a link, an
+/// embedded `resource` (`embeddedContext`) as itself. Images and audio are not
+/// advertised, and are refused.
+pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<(String, Vec<PromptBlock>), Failure> {
+    use agent_client_protocol_schema::v1::EmbeddedResourceResource;
+    let mut kept = Vec::new();
     for block in blocks {
-        match block {
-            ContentBlock::Text(t) => parts.push(t.text.clone()),
-            ContentBlock::ResourceLink(link) => {
-                parts.push(format!("[{}]({})", link.name, link.uri));
-            }
+        kept.push(match block {
+            ContentBlock::Text(t) => PromptBlock::Text {
+                text: t.text.clone(),
+            },
+            ContentBlock::ResourceLink(link) => PromptBlock::Link {
+                uri: link.uri.clone(),
+                name: link.name.clone(),
+                title: link.title.clone(),
+                mime_type: link.mime_type.clone(),
+            },
+            ContentBlock::Resource(embedded) => match &embedded.resource {
+                EmbeddedResourceResource::TextResourceContents(r) => PromptBlock::Resource {
+                    uri: r.uri.clone(),
+                    mime_type: r.mime_type.clone(),
+                    text: Some(r.text.clone()),
+                    blob: None,
+                },
+                EmbeddedResourceResource::BlobResourceContents(r) => PromptBlock::Resource {
+                    uri: r.uri.clone(),
+                    mime_type: r.mime_type.clone(),
+                    text: None,
+                    blob: Some(r.blob.clone()),
+                },
+                _ => {
+                    return Err((
+                        INVALID_PARAMS,
+                        "an embedded resource must carry text or a blob".into(),
+                    ));
+                }
+            },
             _ => {
                 return Err((
                     INVALID_PARAMS,
-                    "only text and resource links are supported in prompts".into(),
+                    "only text, resource links and embedded resources are supported in prompts"
+                        .into(),
                 ));
             }
-        }
+        });
     }
-    let prompt = parts.join("\n");
+    let prompt = PromptBlock::text_of(&kept);
     // Refused as the engine would refuse it (whitespace alone), but as the
     // client's mistake.
     if let Err(e) = steward_engine::engine::check_prompt(&prompt) {
         return Err((INVALID_PARAMS, e.to_string()));
     }
-    Ok(prompt)
+    if !PromptBlock::carry_resources(&kept) {
+        kept.clear();
+    }
+    Ok((prompt, kept))
 }

@@ -95,8 +95,10 @@ impl Agent {
 }
 
 /// A page of sessions (of `cwd`, when given) after `cursor`, most recently active
-/// first, read through the connection's one reader (opened at its first use, so
-/// the file is checked once, not at every list).
+/// first, as `steward sessions` lists them: a session just prompted or woken comes
+/// first. Read through the connection's one reader (opened at its first use, so
+/// the file is checked once, not at every list). The cursor is the last listed
+/// session's activity key, `<time_updated>/<id>`.
 fn list_sessions(
     slot: &mut Option<steward_engine::inspect::Reader>,
     database: &Path,
@@ -104,31 +106,39 @@ fn list_sessions(
     cwd: Option<String>,
     cursor: Option<String>,
 ) -> Result<Value, Failure> {
+    use steward_engine::inspect::pages::{PageRequest, session_key};
+    let mut after = match &cursor {
+        None => None,
+        Some(cursor) => Some(
+            cursor
+                .split_once('/')
+                .and_then(|(time, id)| Some(session_key(time.parse().ok()?, id)))
+                .ok_or_else(|| (INVALID_PARAMS, format!("invalid cursor {cursor}")))?,
+        ),
+    };
     if slot.is_none() {
         *slot =
             Some(steward_engine::inspect::Reader::open(database, owners).map_err(engine_failure)?);
     }
     let reader = slot.as_mut().expect("opened above");
-    if let Some(cursor) = &cursor
-        && reader.session(cursor).map_err(engine_failure)?.is_none()
-    {
-        return Err((INVALID_PARAMS, format!("invalid cursor {cursor}")));
-    }
-    let mut page = PageRequest {
-        after: cursor,
-        // Narrows the pages read; the exact match is below.
-        filter: cwd.clone(),
-        ..PageRequest::first(LIST_PAGE)
-    };
     let now = steward_engine::clock::SystemClock::new();
     let mut sessions = Vec::new();
     // With a cwd filter, keep reading pages until one is full or none are left.
     let more = loop {
         let rows = reader
-            .sessions(steward_engine::clock::Clock::now_ms(&now), &page)
+            .recent_sessions(
+                steward_engine::clock::Clock::now_ms(&now),
+                &PageRequest {
+                    after: after.clone(),
+                    // Narrows the pages read; the exact match is below.
+                    filter: cwd.clone(),
+                    ..PageRequest::first(LIST_PAGE)
+                },
+                false,
+            )
             .map_err(engine_failure)?;
         let full = rows.len() == LIST_PAGE;
-        page.after = rows.last().map(|s| s.id.clone());
+        after = rows.last().map(|s| session_key(s.time_updated, &s.id));
         for s in rows {
             if cwd.as_ref().is_none_or(|c| *c == s.directory) {
                 sessions.push(
@@ -142,7 +152,9 @@ fn list_sessions(
             break full;
         }
     };
-    let next = more.then(|| page.after.clone()).flatten();
+    let next = more
+        .then(|| after.map(|key| key.replacen(':', "/", 1)))
+        .flatten();
     to_value(ListSessionsResponse::new(sessions).next_cursor(next))
 }
 

@@ -422,3 +422,69 @@ fn a_claims_filter_matches_what_the_row_shows_and_counts_follow_it() {
     let counts = filtered_counts(store.conn(), &request("ses_0"), T0).unwrap();
     assert_eq!((counts.claims, counts.sessions), (3, 3));
 }
+
+#[test]
+fn sessions_by_recent_activity_page_without_gaps_or_repeats_and_a_new_event_moves_one_first() {
+    let mut store = store();
+    // Created in id order; sessions 3 and 7 share one time, so the id decides.
+    let times = [5, 1, 9, 4, 4, 8, 2, 4, 6, 3];
+    let ids: Vec<String> = times
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            store
+                .write(|tx| {
+                    let s =
+                        crate::store::sessions::create(tx, &format!("s{i}"), "/w", T0 + i as i64)?;
+                    tx.execute(
+                        "UPDATE session SET time_updated = ?2 WHERE id = ?1",
+                        rusqlite::params![s.id, T0 + 100 * t],
+                    )?;
+                    Ok(s.id)
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut expected: Vec<(i64, String)> = times.iter().copied().zip(ids.clone()).collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let request = PageRequest {
+            after: after.clone(),
+            ..PageRequest::first(3)
+        };
+        let page = recent_sessions(store.conn(), LATER, &request, false).unwrap();
+        after = page.last().map(|s| session_key(s.time_updated, &s.id));
+        let short = page.len() < 3;
+        seen.extend(page.into_iter().map(|s| s.id));
+        if short {
+            break;
+        }
+    }
+    assert_eq!(seen, expected);
+    // The filter narrows by title.
+    let request = PageRequest {
+        filter: Some("s7".into()),
+        ..PageRequest::first(10)
+    };
+    let only = recent_sessions(store.conn(), LATER, &request, false).unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].id, ids[7]);
+    // A prompt admitted to the least recently active session moves it first.
+    store
+        .write(|tx| {
+            crate::store::sessions::admit(
+                tx,
+                &ids[1],
+                "again",
+                crate::events::Delivery::Queue,
+                LATER,
+            )
+            .map(drop)
+        })
+        .unwrap();
+    let first = recent_sessions(store.conn(), LATER, &PageRequest::first(1), false).unwrap();
+    assert_eq!(first[0].id, ids[1]);
+}

@@ -380,6 +380,7 @@ async fn r4_18_a_recovered_call_is_answered_by_a_tool_result_with_its_id() {
             MessageData::User(UserData {
                 input_id: "inp_1".into(),
                 text: "run it".into(),
+                content: Vec::new(),
             }),
         ),
         row(

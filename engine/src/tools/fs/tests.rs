@@ -716,3 +716,38 @@ async fn r4_19_a_file_with_extended_attributes_keeps_them_written_in_place() {
     };
     assert_eq!(&value[..got.max(0) as usize], b"kept");
 }
+
+#[test]
+fn r4_20_a_prompt_s_linked_file_is_read_inside_the_session_and_refused_where_read_file_asks() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("my work");
+    std::fs::create_dir_all(&work).unwrap();
+    let work = work.canonicalize().unwrap();
+    std::fs::write(work.join("a b.txt"), "inside\n").unwrap();
+    std::fs::write(root.path().join("outside.txt"), "outside\n").unwrap();
+    std::fs::write(
+        work.join("big.txt"),
+        vec![b'x'; MAX_LINKED_BYTES as usize + 1],
+    )
+    .unwrap();
+    std::fs::write(work.join("bin"), [0xff, 0xfe, 0x00]).unwrap();
+    let ctx = ctx_in(&work);
+    let uri = |p: &Path| format!("file://{}", p.display()).replace(' ', "%20");
+    assert_eq!(
+        linked_text(&ctx, &uri(&work.join("a b.txt"))).unwrap(),
+        "inside\n"
+    );
+    let outside = linked_text(&ctx, &uri(&root.path().join("outside.txt"))).unwrap_err();
+    assert!(
+        outside.contains("outside the session directory"),
+        "{outside}"
+    );
+    let missing = linked_text(&ctx, &uri(&work.join("gone.txt"))).unwrap_err();
+    assert!(missing.contains("does not exist"), "{missing}");
+    let big = linked_text(&ctx, &uri(&work.join("big.txt"))).unwrap_err();
+    assert!(big.contains("more than the 262144"), "{big}");
+    let binary = linked_text(&ctx, &uri(&work.join("bin"))).unwrap_err();
+    assert!(binary.contains("not UTF-8"), "{binary}");
+    let other = linked_text(&ctx, "https://example.com/a.txt").unwrap_err();
+    assert!(other.contains("not a file:// URI"), "{other}");
+}

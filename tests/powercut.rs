@@ -85,14 +85,18 @@ impl Op {
     }
 }
 
-fn unhex(hex: &str) -> Vec<u8> {
+fn unhex(hex: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| match c {
-        b'0'..=b'9' => c - b'0',
-        _ => c - b'a' + 10,
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
     };
+    if hex.len() % 2 != 0 {
+        return None;
+    }
     hex.as_bytes()
         .chunks(2)
-        .map(|p| (digit(p[0]) << 4) | digit(p[1]))
+        .map(|p| Some((digit(p[0])? << 4) | digit(p[1])?))
         .collect()
 }
 
@@ -237,7 +241,15 @@ impl Recording {
                     "W" => Op::Write {
                         ino: num(1),
                         off: num(2),
-                        bytes: unhex(f[3]),
+                        bytes: unhex(f[3]).unwrap_or_else(|| {
+                            panic!(
+                                "{}: a write's bytes in the log are not hex ({} fields, {} bytes): {:.200}",
+                                self.name,
+                                f.len(),
+                                line.len(),
+                                line
+                            )
+                        }),
                     },
                     "T" => Op::Truncate {
                         ino: num(1),
@@ -574,6 +586,21 @@ impl Checker {
             // tool call) on a file that opened: recovery comes next.
             1 if serde_json::from_str::<Value>(&stdout(&doctor))
                 .is_ok_and(|r| r["quick_check"] == "ok") => {}
+            // Cut before the database was linked into place: doctor creates
+            // nothing and says so; nothing can have been acknowledged yet, and the
+            // recovery pass next creates the file.
+            1 if !env.db().exists() => {
+                if files() != before {
+                    failed.push("doctor on a missing database changed the files".to_string());
+                }
+                if !due.is_empty() {
+                    failed.push(format!(
+                        "the database is gone though it must hold {} acknowledged events",
+                        due.len()
+                    ));
+                    return failed;
+                }
+            }
             3 => {
                 if files() != before {
                     failed.push("refused (exit 3) but the files changed".to_string());

@@ -87,9 +87,21 @@ static int fd_path(int fd, char *out) {
     return 1;
 }
 
+/* One record per write: a short write (a full disk) would leave a torn line that
+ * the next record runs into, so the rest is written, or the loss said. */
 static void emit(const char *line, size_t len) {
     ssize_t (*real_write)(int, const void *, size_t) = dlsym(RTLD_NEXT, "write");
-    real_write(log_fd, line, len);
+    while (len > 0) {
+        ssize_t n = real_write(log_fd, line, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            static const char lost[] = "powercut recorder: a record was lost (disk full?)\n";
+            real_write(2, lost, sizeof lost - 1);
+            return;
+        }
+        line += n;
+        len -= (size_t)n;
+    }
 }
 
 static void record(const char *fmt, ...) {

@@ -379,11 +379,21 @@ pub(crate) fn replace_whole(
         let _ = dir.remove_file(&temp);
     }
     placed?;
-    // The new name lasts through a power cut too.
-    if let Ok(d) = dir.try_clone() {
-        let _ = d.into_std_file().sync_all();
+    // The new name lasts through a power cut too. The file is in place whatever
+    // the sync says, so a failure is logged, not reported as the tool's.
+    if let Err(e) = sync_dir(dir) {
+        tracing::warn!(error = %e, "could not sync the directory of a replaced file");
     }
     Ok(())
+}
+
+/// Syncs `dir`'s entries to disk (protocol §4.19). A directory handle that is only
+/// walked by (`O_PATH`, as cap-std opens them) cannot be synced: the directory is
+/// opened again, for reading, and that is synced.
+fn sync_dir(dir: &cap_std::fs::Dir) -> std::io::Result<()> {
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_DIRECTORY);
+    dir.open_with(".", &options)?.into_std().sync_all()
 }
 
 /// Whether `file` carries extended attributes a new file would not — an access

@@ -751,3 +751,16 @@ fn r4_20_a_prompt_s_linked_file_is_read_inside_the_session_and_refused_where_rea
     let other = linked_text(&ctx, "https://example.com/a.txt").unwrap_err();
     assert!(other.contains("not a file:// URI"), "{other}");
 }
+
+#[test]
+fn r4_19_the_directory_of_a_replaced_file_can_be_synced() {
+    // cap-std walks by `O_PATH` handles, which fsync refuses (EBADF): the sync
+    // after a replace opens the directory for reading.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+    assert!(
+        dir.try_clone().unwrap().into_std_file().sync_all().is_err(),
+        "the walking handle syncs after all; the reopening is not needed"
+    );
+    sync_dir(&dir).unwrap();
+}

@@ -333,6 +333,9 @@ fn campaign_sigkill_of_the_terminal_interface_mid_turn_is_recovered_and_named_at
         tally.check(&format!("{when}: the continuation ran"), carried, || {
             relaunched.text()
         });
+        // The turn has ended once its session reads idle: `q` then quits without
+        // asking first (it asks while a turn runs).
+        relaunched.wait_for(" · idle ", Duration::from_secs(10));
         relaunched.keys("\t");
         relaunched.keys("q");
         let left = relaunched

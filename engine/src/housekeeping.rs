@@ -86,19 +86,12 @@ fn free(tx: &Transaction<'_>, session_id: &str, now_ms: i64, verb: &str) -> Resu
 
 /// Gives the session a new title (`session.renamed`).
 pub fn rename(tx: &Transaction<'_>, session_id: &str, title: &str, now_ms: i64) -> Result<()> {
-    let title = title.trim();
+    let title = crate::store::sessions::clean_title(title);
     if title.is_empty() {
         return Err(Error::Invalid("a session's title cannot be empty".into()));
     }
     free(tx, session_id, now_ms, "rename")?;
-    append_unowned(
-        tx,
-        session_id,
-        now_ms,
-        Event::SessionRenamed {
-            title: title.to_string(),
-        },
-    )?;
+    append_unowned(tx, session_id, now_ms, Event::SessionRenamed { title })?;
     Ok(())
 }
 

@@ -787,7 +787,26 @@ pub fn help_lines(read_only: bool) -> Vec<(Context, &'static str, &'static str)>
             KEYMAP
                 .iter()
                 .filter(move |b| b.context == *context)
-                .map(|b| (b.context, b.label, b.help))
+                .filter_map(move |b| {
+                    let help = if read_only {
+                        read_only_help(b)?
+                    } else {
+                        b.help
+                    };
+                    Some((b.context, b.label, help))
+                })
         })
         .collect()
+}
+
+/// What a key does in `steward inspect`, which runs nothing and has no chat: its
+/// actions and the chat's keys are not there, and no turn is ever running.
+fn read_only_help(binding: &Binding) -> Option<&'static str> {
+    match binding.action {
+        A::Wake | A::Discard | A::Retry | A::ToggleInspector => None,
+        A::Interrupt | A::Quit => Some("quit"),
+        A::Top if binding.context == C::Global => Some("first row"),
+        A::Bottom if binding.context == C::Global => Some("last row"),
+        _ => Some(binding.help),
+    }
 }

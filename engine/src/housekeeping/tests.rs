@@ -51,6 +51,32 @@ fn r3_6_rename_and_archive_are_events_the_replay_reproduces() {
 }
 
 #[test]
+fn r3_6_a_title_is_kept_to_one_clean_line_of_bounded_length() {
+    let (mut store, id) = store();
+    let hostile = "evil\u{1b}]0;pwned\u{7}\u{1b}[31mred\u{1b}[0m\nnewline\ttab\r";
+    store.write(|tx| rename(tx, &id, hostile, 2_000)).unwrap();
+    let title = rows::session(store.conn(), &id).unwrap().unwrap().title;
+    assert_eq!(title, "evil ]0;pwned [31mred [0m newline tab");
+    assert!(!title.chars().any(char::is_control), "{title:?}");
+    let long = "x".repeat(100_000);
+    store.write(|tx| rename(tx, &id, &long, 3_000)).unwrap();
+    let title = rows::session(store.conn(), &id).unwrap().unwrap().title;
+    assert_eq!(title.chars().count(), sessions::MAX_TITLE_CHARS);
+    assert!(title.ends_with('…'));
+    // A new session's title, as `run --title` or a client gives it, the same.
+    let created = store
+        .write(|tx| sessions::create(tx, "two\nlines", "/work", 4_000))
+        .unwrap();
+    assert_eq!(created.title, "two lines");
+    // Control characters alone leave nothing: refused as empty.
+    let empty = store
+        .write(|tx| rename(tx, &id, "\u{1b}\u{7}\n", 5_000))
+        .unwrap_err();
+    assert!(empty.to_string().contains("cannot be empty"), "{empty}");
+    doctor_ok(&store);
+}
+
+#[test]
 fn r3_6_an_empty_title_and_an_unknown_session_are_refused() {
     let (mut store, id) = store();
     let empty = store.write(|tx| rename(tx, &id, "  ", 2_000)).unwrap_err();

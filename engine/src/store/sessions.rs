@@ -121,6 +121,27 @@ pub fn title_from(prompt: &str) -> String {
     title
 }
 
+/// The longest title kept, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A title as one clean line: control characters (line breaks, tabs, terminal
+/// escapes) become spaces, runs of spaces one, and more than
+/// [`MAX_TITLE_CHARS`] is cut with `…`. Lists print a title on one line; it must
+/// not be able to forge another.
+pub fn clean_title(title: &str) -> String {
+    let spaced: String = title
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let line = spaced.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= MAX_TITLE_CHARS {
+        return line;
+    }
+    let mut cut: String = line.chars().take(MAX_TITLE_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
 /// Creates a session (`session.created`).
 pub fn create(
     tx: &Transaction<'_>,
@@ -145,7 +166,7 @@ pub fn create_with_id(
         id,
         now_ms,
         Event::SessionCreated {
-            title: title.to_string(),
+            title: clean_title(title),
             directory: directory.to_string(),
         },
     )?;

@@ -243,7 +243,11 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
     let _ = std::fs::remove_file(&temp);
     match linked {
         Ok(()) => sync_dir(dir).map_err(|e| access(dir, e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        // Another process linked its own first: it may have died before syncing
+        // the name, and this one is about to commit into that file.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            sync_dir(dir).map_err(|e| access(dir, e.to_string()))
+        }
         Err(e) => Err(access(path, e.to_string())),
     }
 }

@@ -176,21 +176,32 @@ fn header_line(app: &App) -> Line<'static> {
             " recovery did not finish at launch: retrying ".to_string(),
             t.style(Role::Error),
         ));
-    } else if !app.launch.continued.is_empty() {
-        // Nothing was left to reconcile, but sessions whose wakes waited (a turn
-        // left running at the last quit, say) continue now.
-        let n = app.launch.continued.len();
-        spans.push(Span::styled(
-            format!(
-                " nothing to recover · {n} session{} continuing ",
-                if n == 1 { "" } else { "s" }
-            ),
-            t.style(Role::Recovered),
-        ));
     } else if app.launch.report.is_some() {
+        // What the launch did, worded as of the launch: a continuation it started may
+        // have finished since. Rows quarantined (before this launch too) wait on the
+        // user: as many as the panel's heading and the Quarantine tab say.
+        let (n, q) = (app.launch.continued.len(), app.launch.quarantine_total);
+        let mut parts = Vec::new();
+        if q == 0 {
+            parts.push("nothing to recover".to_string());
+        }
+        if n > 0 {
+            parts.push(format!(
+                "{n} session{} continued",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        if q > 0 {
+            parts.push(format!("{q} in quarantine"));
+        }
+        let role = match (q, n) {
+            (0, 0) => Role::Muted,
+            (0, _) => Role::Recovered,
+            _ => Role::Error,
+        };
         spans.push(Span::styled(
-            " nothing to recover at launch ".to_string(),
-            t.style(Role::Muted),
+            format!(" {} at launch ", parts.join(" · ")),
+            t.style(role),
         ));
     }
     // The data directory gives way first when the line is too long.

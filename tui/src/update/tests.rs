@@ -527,20 +527,20 @@ fn the_launch_panel_lists_recoveries_quarantine_and_parked_wakes() {
 fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
     let mut launch = fixtures::launch();
     launch.auto_continue = false;
-    // The launch's redrive quarantined the first recovery's wake, and an earlier
-    // recovery's wake is quarantined too: the Quarantine tab lists both.
-    launch.quarantined_wakes = vec![
-        (
-            fixtures::EXE_RECOVERED.to_string(),
-            fixtures::SESSION.to_string(),
-            "continuation inp_rec_x does not exist".to_string(),
-        ),
-        (
-            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02".to_string(),
-            "ses_5".to_string(),
-            "the wake was attempted 3 times without promoting the continuation".to_string(),
-        ),
+    // The launch's redrive quarantined the first recovery's wake; an earlier
+    // launch's wake is quarantined too: the Quarantine tab lists both, and the
+    // claim the launch quarantined.
+    launch.quarantined_wakes = vec![(
+        fixtures::EXE_RECOVERED.to_string(),
+        fixtures::SESSION.to_string(),
+        "continuation inp_rec_x does not exist".to_string(),
+    )];
+    launch.quarantine = vec![
+        quarantined("claim", fixtures::EXE_QUARANTINED, "ses_4"),
+        quarantined("recovery", fixtures::EXE_RECOVERED, fixtures::SESSION),
+        quarantined("recovery", "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02", "ses_5"),
     ];
+    launch.quarantine_total = 3;
     let lines = panel_lines(&launch);
     let first = &lines[0];
     assert_eq!((first.symbol, first.what.as_str()), ("⚠", "quarantined"));
@@ -568,6 +568,83 @@ fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
             "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02"
         ]
     );
+    let earlier = lines.last().unwrap();
+    assert!(
+        earlier
+            .detail
+            .starts_with("wake quarantined before this launch"),
+        "{}",
+        earlier.detail
+    );
+}
+
+fn quarantined(kind: &str, execution: &str, session: &str) -> crate::app::Quarantined {
+    crate::app::Quarantined {
+        kind: kind.into(),
+        execution_id: execution.into(),
+        session_id: session.into(),
+        reason: format!("{kind} {execution} quarantined"),
+    }
+}
+
+/// An old quarantined claim, and a wake the launch quarantined: the panel, its
+/// heading, the header and the Quarantine tab all count two.
+#[test]
+fn the_panel_and_header_count_every_quarantined_row_as_the_quarantine_tab_does() {
+    let mut app = fixtures::chat();
+    app.last_recovery = None;
+    let launch = Launch {
+        report: Some(Default::default()),
+        quarantined_wakes: vec![(
+            "exe_wake_new".into(),
+            "ses_2".into(),
+            "recovery wake quarantined".into(),
+        )],
+        quarantine: vec![
+            quarantined("claim", "exe_claim_old", "ses_1"),
+            quarantined("recovery", "exe_wake_new", "ses_2"),
+        ],
+        quarantine_total: 2,
+        ..Launch::default()
+    };
+    let lines = panel_lines(&launch);
+    let rows: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l.what.as_str(), l.execution_id.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("quarantined", "exe_wake_new"),
+            ("Quarantine 2", ""),
+            ("quarantined", "exe_claim_old"),
+        ]
+    );
+    assert!(
+        lines[0].detail.contains("at this launch"),
+        "{}",
+        lines[0].detail
+    );
+    assert!(
+        lines[2]
+            .detail
+            .starts_with("claim quarantined before this launch"),
+        "{}",
+        lines[2].detail
+    );
+    assert_eq!(lines[1].target, Some(Tab::Quarantine));
+    update(&mut app, Msg::Launched(launch));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("2 in quarantine at launch"), "{header}");
+    assert!(!header.contains("nothing to recover"), "{header}");
 }
 
 #[test]
@@ -1060,6 +1137,7 @@ fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() 
         .next()
         .unwrap()
         .into();
-    assert!(header.contains("1 session continuing"), "{header}");
+    // Worded as of the launch: the continuation may have finished since.
+    assert!(header.contains("1 session continued at launch"), "{header}");
     assert!(!header.contains("nothing to recover at launch"), "{header}");
 }

@@ -106,7 +106,7 @@ pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitC
                         )
                     })
                     .collect();
-                let titles = titles(engine, report.as_ref(), &wakes, &quarantine).await;
+                let titles = titles(engine, report.as_ref(), &wakes, &quarantine, &continued).await;
                 let options = steward_tui::Options {
                     data_dir: ctx.paths.data_dir.clone(),
                     database: ctx.paths.database.clone(),
@@ -238,6 +238,7 @@ async fn titles(
     report: Option<&steward_engine::RecoveryReport>,
     wakes: &[(String, String, bool)],
     quarantined: &[Quarantined],
+    continued: &[String],
 ) -> BTreeMap<String, String> {
     let ids: Vec<String> = report
         .into_iter()
@@ -250,6 +251,7 @@ async fn titles(
         })
         .chain(wakes.iter().map(|w| w.1.clone()))
         .chain(quarantined.iter().map(|q| q.session_id.clone()))
+        .chain(continued.iter().cloned())
         .collect();
     engine
         .db()

@@ -1119,6 +1119,48 @@ fn a_question_of_a_continuation_opens_its_session_when_none_is_open() {
 }
 
 #[test]
+fn a_question_of_a_continuation_leaves_the_inspector_and_the_typed_prompt_alone() {
+    // In the inspector: the question comes up there, no session opens.
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    app.screen = Screen::Inspector;
+    let effects = update(
+        &mut app,
+        Msg::Permission {
+            id: 5,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(app.screen, Screen::Inspector);
+    assert_eq!(app.current_session(), None);
+    assert!(effects.is_empty(), "{effects:?}");
+    assert!(matches!(
+        app.overlay.last(),
+        Some(Overlay::Permission { id: 5, .. })
+    ));
+    // Something typed: no session opens, and the question names the session by
+    // its title.
+    let mut typed = fixtures::chat();
+    typed.transcript = Default::default();
+    typed.launch.titles = [(fixtures::SESSION.to_string(), "fix the flaky test".into())]
+        .into_iter()
+        .collect();
+    typed.prompt.insert_str("half a thought");
+    update(
+        &mut typed,
+        Msg::Permission {
+            id: 6,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(typed.current_session(), None);
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 30)).unwrap();
+    terminal.draw(|f| crate::view::view(&typed, f)).unwrap();
+    let text = terminal.backend().to_string();
+    assert!(text.contains("in “fix the flaky test”"), "{text}");
+}
+
+#[test]
 fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() {
     let mut app = fixtures::chat();
     app.last_recovery = None;

@@ -12,7 +12,7 @@ use pretty_assertions::assert_eq;
 
 use crate::recovery::events_of;
 use crate::run::{work_dir, write_script};
-use crate::support::{Env, eventually, signal, snapshot, steward_bin};
+use crate::support::{Env, eventually, signal, snapshot, stderr, steward_bin};
 
 pub const ROWS: u16 = 32;
 pub const COLS: u16 = 110;
@@ -181,6 +181,32 @@ fn files(env: &Env) -> Vec<(String, Vec<u8>)> {
             }
         })
         .collect()
+}
+
+/// Protocol §4 (quarantine): `steward show` says a call a quarantined execution left
+/// open is of unknown outcome, with the quarantine's reason, not that it runs.
+#[test]
+fn show_says_a_quarantined_executions_open_call_is_of_unknown_outcome() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let conn = rusqlite::Connection::open(env.db()).unwrap();
+    let session: String = conn
+        .query_row("SELECT session_id FROM session_execution", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("UPDATE session_execution SET recovery_error = 'held for a look'")
+        .unwrap();
+    drop(conn);
+    let output = env.run(&["show", &session]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(text.contains("[run_command outcome unknown]"), "{text}");
+    assert!(!text.contains("running]"), "{text}");
+    assert!(
+        text.contains("outcome unknown: its execution is quarantined: held for a look"),
+        "{text}"
+    );
 }
 
 #[test]

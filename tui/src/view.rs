@@ -151,9 +151,11 @@ fn header_line(app: &App) -> Line<'static> {
         let (text, role) = lease_health(app);
         spans.push(Span::styled(format!(" {text} "), t.style(role)));
         if let Some((session, at_ms)) = &app.lease_lost {
+            // When this process noticed: the takeover itself came earlier, at a time
+            // the engine does not report here.
             spans.push(Span::styled(
                 format!(
-                    " lease lost {} ({}) ",
+                    " lease lost (noticed {}, {}) ",
                     clock_time(app, *at_ms),
                     short_id(session)
                 ),

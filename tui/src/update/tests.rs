@@ -474,6 +474,12 @@ fn a_turn_that_lost_its_lease_says_so_whichever_session_is_open() {
         .unwrap()
         .into();
     assert!(header.contains("lease lost"), "{header}");
+    // The time is when this process noticed, not when the takeover happened.
+    let noticed = format!(
+        "lease lost (noticed {}, ses_2)",
+        crate::view::clock_time(&app, app.now_ms)
+    );
+    assert!(header.contains(&noticed), "{header}");
 }
 
 #[test]

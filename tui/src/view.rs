@@ -251,6 +251,17 @@ fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
         (Screen::Inspector, _) => {
             "←/→ tab  j/k row  / filter  s sort  w wake  d discard  r retry  i chat  ? help  q quit"
         }
+        // Another process runs the session: Esc here says which, it cancels nothing.
+        (Screen::Chat, Pane::Prompt)
+            if !app.current_is_running()
+                && app
+                    .transcript
+                    .holder
+                    .as_ref()
+                    .is_some_and(|(owner, _)| app.owner_id.as_deref() != Some(owner.as_str())) =>
+        {
+            "Enter send · Ctrl-J newline · Esc which process runs it · Tab pane · F1 help"
+        }
         (Screen::Chat, Pane::Prompt) => {
             "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"
         }

@@ -1093,6 +1093,18 @@ fn esc_in_a_session_another_process_runs_says_where_to_stop_it() {
         status.contains("another Steward process (pid 4242"),
         "{status:?}"
     );
+    // Neutral: that process may be `steward run` (Ctrl-C) or an ACP agent (the
+    // editor's cancel), and a stopped one ends only once continued.
+    assert!(!status.contains("with Esc"), "{status:?}");
+    assert!(status.contains("kill -CONT 4242"), "{status:?}");
+    // The footer does not offer to cancel the turn here.
+    app.status = None;
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 30)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let text = terminal.backend().to_string();
+    let footer = text.lines().last().unwrap();
+    assert!(!footer.contains("Esc cancel turn"), "{footer}");
+    assert!(footer.contains("Esc which process runs it"), "{footer}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use pretty_assertions::assert_eq;
 
 use crate::recovery::events_of;
 use crate::run::{work_dir, write_script};
-use crate::support::{Env, eventually, signal, snapshot, steward_bin};
+use crate::support::{Env, eventually, signal, snapshot, stderr, steward_bin};
 
 pub const ROWS: u16 = 32;
 pub const COLS: u16 = 110;
@@ -147,6 +147,13 @@ delay_ms = 150
 
 /// A `steward run` killed with SIGKILL while its tool sleeps.
 fn crashed_mid_tool(env: &Env, script: &str, work: &str) {
+    let started = || {
+        events_of(env)
+            .iter()
+            .filter(|e| *e == "tool.started")
+            .count()
+    };
+    let before = started();
     let mut child = env
         .cmd()
         .args([
@@ -162,8 +169,7 @@ fn crashed_mid_tool(env: &Env, script: &str, work: &str) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(10), || events_of(env)
-        .contains(&"tool.started".to_string())));
+    assert!(eventually(Duration::from_secs(10), || started() > before));
     signal(child.id(), "KILL");
     child.wait().unwrap();
 }
@@ -181,6 +187,32 @@ fn files(env: &Env) -> Vec<(String, Vec<u8>)> {
             }
         })
         .collect()
+}
+
+/// Protocol §4 (quarantine): `steward show` says a call a quarantined execution left
+/// open is of unknown outcome, with the quarantine's reason, not that it runs.
+#[test]
+fn show_says_a_quarantined_executions_open_call_is_of_unknown_outcome() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    crashed_mid_tool(&env, &script, &work);
+    let conn = rusqlite::Connection::open(env.db()).unwrap();
+    let session: String = conn
+        .query_row("SELECT session_id FROM session_execution", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("UPDATE session_execution SET recovery_error = 'held for a look'")
+        .unwrap();
+    drop(conn);
+    let output = env.run(&["show", &session]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(text.contains("[run_command outcome unknown]"), "{text}");
+    assert!(!text.contains("running]"), "{text}");
+    assert!(
+        text.contains("outcome unknown: its execution is quarantined: held for a look"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -725,7 +757,7 @@ fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session(
     );
     drop(tui);
     let relaunched = Tui::start(&env, Path::new(&work), &args);
-    relaunched.expect("1 session continuing", Duration::from_secs(10));
+    relaunched.expect("1 session continued at launch", Duration::from_secs(10));
     relaunched.expect("wants to run write_file", Duration::from_secs(20));
     // Its session is open behind the question.
     relaunched.expect("look around ·", Duration::from_secs(10));
@@ -737,12 +769,20 @@ fn a_turn_left_at_quit_continues_at_relaunch_and_its_question_opens_its_session(
 }
 
 /// A recovery wake the launch's redrive quarantines is in the after-crash panel,
-/// as quarantined with its reason, as in the Quarantine tab and the session list.
+/// as quarantined at this launch with its reason; a claim quarantined before the
+/// launch is there too, under the Quarantine tab's count, and the header agrees.
 #[test]
 fn a_wake_quarantined_at_launch_is_in_the_after_crash_panel() {
     let env = Env::new();
     let work = work_dir(&env);
     let script = write_script(&env, "slow.toml", SLOW_TOOL);
+    // An earlier crash whose claim stays quarantined.
+    crashed_mid_tool(&env, &script, &work);
+    {
+        let conn = rusqlite::Connection::open(env.db()).unwrap();
+        conn.execute_batch("UPDATE session_execution SET recovery_error = 'held for a look'")
+            .unwrap();
+    }
     crashed_mid_tool(&env, &script, &work);
     let recovered = env.run(&["--script", &script, "recover", "--no-wake"]);
     assert!(recovered.status.success());
@@ -762,4 +802,12 @@ fn a_wake_quarantined_at_launch_is_in_the_after_crash_panel() {
     tui.expect("Recovered at launch", Duration::from_secs(10));
     tui.expect("quarantined", Duration::from_secs(2));
     tui.expect("was already promoted", Duration::from_secs(2));
+    tui.expect("at this launch", Duration::from_secs(2));
+    tui.expect("Quarantine 2", Duration::from_secs(2));
+    tui.expect(
+        "claim quarantined before this launch",
+        Duration::from_secs(2),
+    );
+    tui.expect("2 in quarantine at launch", Duration::from_secs(2));
+    assert!(!tui.text().contains("nothing to recover"), "{}", tui.text());
 }

@@ -378,10 +378,15 @@ pub struct Launch {
     pub wakes: Vec<(String, String, bool)>,
     /// Wakes waiting beyond those listed.
     pub more_wakes: usize,
-    /// Recovery wakes quarantined as the launch left them (the crash loop's parked
-    /// ones aside), as (execution, session, reason): read from the file after the
-    /// launch's redrive, as the session list reads them.
+    /// Recovery wakes this launch quarantined (the crash loop's parked ones aside), as
+    /// (execution, session, reason): quarantined after the launch's redrive and not
+    /// before the launch began.
     pub quarantined_wakes: Vec<(String, String, String)>,
+    /// Every row still quarantined after the launch, claims and wakes alike, as the
+    /// Quarantine tab lists them (the first ones, by execution).
+    pub quarantine: Vec<Quarantined>,
+    /// How many rows are quarantined in all: the Quarantine tab's count.
+    pub quarantine_total: usize,
     /// Sessions the launch woke: the continuations of turns interrupted earlier (by a
     /// crash, or left running at the last quit) that start now.
     pub continued: Vec<String>,
@@ -393,6 +398,16 @@ pub struct Launch {
     pub open: Option<String>,
     /// A note for the footer (`--continue` with no session to continue).
     pub note: Option<String>,
+}
+
+/// A row still quarantined after the launch, as the Quarantine tab lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// `claim` or `recovery`.
+    pub kind: String,
+    pub execution_id: String,
+    pub session_id: String,
+    pub reason: String,
 }
 
 /// How a session's last turn here ended when it did not end as asked: shown in its

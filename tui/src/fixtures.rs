@@ -382,6 +382,8 @@ pub fn launch() -> Launch {
         wakes: Vec::new(),
         more_wakes: 0,
         quarantined_wakes: Vec::new(),
+        quarantine: Vec::new(),
+        quarantine_total: 0,
         continued: Vec::new(),
         auto_continue: true,
         titles: [

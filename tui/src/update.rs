@@ -99,10 +99,15 @@ fn handle(app: &mut App, msg: Msg) -> Vec<Effect> {
         }
         Msg::Permission { id, request } => {
             // A question of a session that is not open (a continuation started at
-            // launch) opens it when no session is open, so that its transcript
-            // stands behind the question; one that is open stays open.
+            // launch) opens it when the chat screen shows no session and nothing is
+            // typed, so that its transcript stands behind the question; one that is
+            // open stays open, and the inspector stays where it is. Otherwise the
+            // question names the session by its title.
             let effects = match app.current_session() {
-                None if app.mode == Mode::Chat && app.prompt.is_empty() => {
+                None if app.mode == Mode::Chat
+                    && app.screen == Screen::Chat
+                    && app.prompt.is_empty() =>
+                {
                     navigate::open_session(app, &request.session_id)
                 }
                 _ => Vec::new(),

@@ -151,9 +151,11 @@ fn header_line(app: &App) -> Line<'static> {
         let (text, role) = lease_health(app);
         spans.push(Span::styled(format!(" {text} "), t.style(role)));
         if let Some((session, at_ms)) = &app.lease_lost {
+            // When this process noticed: the takeover itself came earlier, at a time
+            // the engine does not report here.
             spans.push(Span::styled(
                 format!(
-                    " lease lost {} ({}) ",
+                    " lease lost (noticed {}, {}) ",
                     clock_time(app, *at_ms),
                     short_id(session)
                 ),
@@ -176,21 +178,32 @@ fn header_line(app: &App) -> Line<'static> {
             " recovery did not finish at launch: retrying ".to_string(),
             t.style(Role::Error),
         ));
-    } else if !app.launch.continued.is_empty() {
-        // Nothing was left to reconcile, but sessions whose wakes waited (a turn
-        // left running at the last quit, say) continue now.
-        let n = app.launch.continued.len();
-        spans.push(Span::styled(
-            format!(
-                " nothing to recover · {n} session{} continuing ",
-                if n == 1 { "" } else { "s" }
-            ),
-            t.style(Role::Recovered),
-        ));
     } else if app.launch.report.is_some() {
+        // What the launch did, worded as of the launch: a continuation it started may
+        // have finished since. Rows quarantined (before this launch too) wait on the
+        // user: as many as the panel's heading and the Quarantine tab say.
+        let (n, q) = (app.launch.continued.len(), app.launch.quarantine_total);
+        let mut parts = Vec::new();
+        if q == 0 {
+            parts.push("nothing to recover".to_string());
+        }
+        if n > 0 {
+            parts.push(format!(
+                "{n} session{} continued",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        if q > 0 {
+            parts.push(format!("{q} in quarantine"));
+        }
+        let role = match (q, n) {
+            (0, 0) => Role::Muted,
+            (0, _) => Role::Recovered,
+            _ => Role::Error,
+        };
         spans.push(Span::styled(
-            " nothing to recover at launch ".to_string(),
-            t.style(Role::Muted),
+            format!(" {} at launch ", parts.join(" · ")),
+            t.style(role),
         ));
     }
     // The data directory gives way first when the line is too long.
@@ -237,6 +250,17 @@ fn footer_lines(app: &App) -> (Option<Line<'static>>, Line<'static>) {
         }
         (Screen::Inspector, _) => {
             "←/→ tab  j/k row  / filter  s sort  w wake  d discard  r retry  i chat  ? help  q quit"
+        }
+        // Another process runs the session: Esc here says which, it cancels nothing.
+        (Screen::Chat, Pane::Prompt)
+            if !app.current_is_running()
+                && app
+                    .transcript
+                    .holder
+                    .as_ref()
+                    .is_some_and(|(owner, _)| app.owner_id.as_deref() != Some(owner.as_str())) =>
+        {
+            "Enter send · Ctrl-J newline · Esc which process runs it · Tab pane · F1 help"
         }
         (Screen::Chat, Pane::Prompt) => {
             "Enter send · Ctrl-J newline · Esc cancel turn · Tab pane · F1 help"

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use steward_engine::engine::Redriving;
 use steward_engine::store::Store;
-use steward_tui::app::Launch;
+use steward_tui::app::{Launch, Quarantined};
 
 use crate::context::{Context, runtime};
 use crate::output::say;
@@ -67,6 +67,9 @@ pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitC
         runtime()?.block_on(
             ctx.with_engine(store, Arc::new(permission), async |engine| {
                 let at_ms = ctx.clock.now_ms();
+                // What was quarantined before this launch, to tell it from what the
+                // launch quarantines.
+                let before = quarantine(engine).await.0;
                 // A launch recovery that cannot finish (a full disk, say) keeps nothing from
                 // the screen: it shows what it can read and why recovery stopped, and the
                 // background retries until it can.
@@ -87,8 +90,23 @@ pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitC
                 engine.start_background(Redriving::DueWakes);
                 let auto_continue = ctx.config.recovery.auto_continue;
                 let (wakes, more_wakes) = launch_wakes(engine, auto_continue).await;
-                let quarantined_wakes = quarantined_wakes(engine).await;
-                let titles = titles(engine, report.as_ref(), &wakes, &quarantined_wakes).await;
+                let (quarantine, quarantine_total) = quarantine(engine).await;
+                let quarantined_wakes: Vec<(String, String, String)> = quarantine
+                    .iter()
+                    .filter(|q| {
+                        q.kind == "recovery"
+                            && q.reason != steward_engine::recovery::CRASH_LOOP_ERROR
+                            && !before.iter().any(|b| b.execution_id == q.execution_id)
+                    })
+                    .map(|q| {
+                        (
+                            q.execution_id.clone(),
+                            q.session_id.clone(),
+                            q.reason.clone(),
+                        )
+                    })
+                    .collect();
+                let titles = titles(engine, report.as_ref(), &wakes, &quarantine, &continued).await;
                 let options = steward_tui::Options {
                     data_dir: ctx.paths.data_dir.clone(),
                     database: ctx.paths.database.clone(),
@@ -105,6 +123,8 @@ pub fn run(ctx: &Context, store: Store, mouse: bool, open: Open) -> Result<ExitC
                     wakes,
                     more_wakes,
                     quarantined_wakes,
+                    quarantine,
+                    quarantine_total,
                     continued,
                     auto_continue,
                     titles,
@@ -178,24 +198,35 @@ async fn launch_wakes(
         .unwrap_or_default()
 }
 
-/// Recovery wakes quarantined (the crash loop's parked ones aside) after the launch
-/// redrive, as (execution, session, reason): what the Quarantine tab and the
-/// session list show, so that the panel says the same.
-async fn quarantined_wakes(engine: &steward_engine::Engine) -> Vec<(String, String, String)> {
+/// Every row quarantined, claims and wakes alike, as the Quarantine tab lists them
+/// (the first ones by execution), and how many there are in all.
+async fn quarantine(engine: &steward_engine::Engine) -> (Vec<Quarantined>, usize) {
     engine
         .db()
         .read(move |conn| {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT execution_id, session_id, recovery_error FROM session_recovery
-                 WHERE recovery_error IS NOT NULL AND recovery_error != ?1
-                 ORDER BY execution_id LIMIT {PANEL_WAKES}"
-            ))?;
-            let rows = stmt
-                .query_map([steward_engine::recovery::CRASH_LOOP_ERROR], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+            let rows = steward_engine::inspect::pages::quarantine(
+                conn,
+                &steward_engine::inspect::pages::PageRequest {
+                    limit: PANEL_WAKES,
+                    ..Default::default()
+                },
+            )?;
+            let total: i64 = conn.query_row(
+                "SELECT (SELECT count(*) FROM session_execution WHERE recovery_error IS NOT NULL)
+                      + (SELECT count(*) FROM session_recovery WHERE recovery_error IS NOT NULL)",
+                [],
+                |r| r.get(0),
+            )?;
+            let rows = rows
+                .into_iter()
+                .map(|q| Quarantined {
+                    kind: q.kind.to_string(),
+                    execution_id: q.execution_id,
+                    session_id: q.session_id,
+                    reason: q.reason,
+                })
+                .collect();
+            Ok((rows, usize::try_from(total).unwrap_or(0)))
         })
         .await
         .unwrap_or_default()
@@ -206,7 +237,8 @@ async fn titles(
     engine: &steward_engine::Engine,
     report: Option<&steward_engine::RecoveryReport>,
     wakes: &[(String, String, bool)],
-    quarantined: &[(String, String, String)],
+    quarantined: &[Quarantined],
+    continued: &[String],
 ) -> BTreeMap<String, String> {
     let ids: Vec<String> = report
         .into_iter()
@@ -218,7 +250,8 @@ async fn titles(
                 .chain(report.quarantined.iter().map(|q| q.session_id.clone()))
         })
         .chain(wakes.iter().map(|w| w.1.clone()))
-        .chain(quarantined.iter().map(|q| q.1.clone()))
+        .chain(quarantined.iter().map(|q| q.session_id.clone()))
+        .chain(continued.iter().cloned())
         .collect();
     engine
         .db()

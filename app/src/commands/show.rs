@@ -43,6 +43,20 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
         out!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
+    // A call a quarantined execution left open reads as of unknown outcome, with the
+    // quarantine's reason, as the terminal interface shows it (display only).
+    let quarantined = {
+        let mut stmt = conn.prepare(
+            "SELECT id, recovery_error FROM session_execution
+             WHERE session_id = ?1 AND recovery_error IS NOT NULL
+             UNION ALL
+             SELECT execution_id, recovery_error FROM session_recovery
+             WHERE session_id = ?1 AND recovery_error IS NOT NULL",
+        )?;
+        stmt.query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<(String, String)>, _>>()?
+    };
+    let messages = steward_tui::view::transcript::with_quarantine(&messages, &quarantined);
     // What models and tools wrote is shown, never sent to the terminal as control
     // sequences.
     let clean = steward_engine::printable::clean;
@@ -75,10 +89,18 @@ pub fn run(store: &Store, session_id: &str, json: bool) -> Result<ExitCode> {
                             }
                         }
                         Part::Tool(t) => {
+                            let unknown = t.state.status.is_open()
+                                && t.state.error.as_deref().is_some_and(|e| {
+                                    e.starts_with(steward_tui::view::transcript::QUARANTINED_TOOL)
+                                });
                             out!(
                                 "  [{} {}] {}",
                                 clean(&t.tool),
-                                t.state.status.as_str(),
+                                if unknown {
+                                    "outcome unknown"
+                                } else {
+                                    t.state.status.as_str()
+                                },
                                 clean(&t.state.input.to_string())
                             );
                             if let Some(error) = &t.state.error {

@@ -215,7 +215,7 @@ pub(super) fn act(app: &mut App, action: KeyAction) -> Vec<Effect> {
                     && app.owner_id.as_deref() != Some(owner.as_str())
                 {
                     app.status = Some(format!(
-                        "this turn runs in another Steward process (pid {pid}, {}): cancel it there with Esc, or end that process (kill {pid}) and it is reconciled",
+                        "this turn runs in another Steward process (pid {pid}, {}): only that process can cancel it, from where it was started; or end that process (kill {pid}; a stopped one ends only once continued: kill -CONT {pid}) and the turn is reconciled",
                         crate::view::short_id(owner)
                     ));
                 }

@@ -210,7 +210,7 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             session_id: q.session_id.clone(),
             execution_id: q.execution_id.clone(),
             what: "quarantined".into(),
-            detail: q.reason.clone(),
+            detail: format!("quarantined at this launch: {}", q.reason),
             target: Some(Tab::Quarantine),
             actionable: true,
             done: None,
@@ -226,7 +226,7 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
             session_id: session_id.clone(),
             execution_id: execution_id.clone(),
             what: "quarantined".into(),
-            detail: format!("its continuation was quarantined: {reason}"),
+            detail: format!("its continuation was quarantined at this launch: {reason}"),
             target: Some(Tab::Quarantine),
             actionable: true,
             done: None,
@@ -259,6 +259,41 @@ pub fn panel_lines(launch: &Launch) -> Vec<PanelLine> {
         });
     }
     lines.extend(waiting);
+    // Every row still quarantined, under its own heading with the Quarantine tab's
+    // count: those quarantined before this launch too, which stay until discarded.
+    if launch.quarantine_total > 0 {
+        let n = launch.quarantine_total;
+        lines.push(PanelLine {
+            symbol: "⚠",
+            session_id: String::new(),
+            execution_id: String::new(),
+            what: format!("Quarantine {n}"),
+            detail: format!(
+                "{n} row{} quarantined in all (claims and wakes): see the Quarantine tab",
+                if n == 1 { "" } else { "s" }
+            ),
+            target: Some(Tab::Quarantine),
+            actionable: false,
+            done: None,
+        });
+    }
+    let reported: Vec<String> = lines.iter().map(|l| l.execution_id.clone()).collect();
+    for q in &launch.quarantine {
+        if reported.contains(&q.execution_id) {
+            continue;
+        }
+        let what = if q.kind == "claim" { "claim" } else { "wake" };
+        lines.push(PanelLine {
+            symbol: "⚠",
+            session_id: q.session_id.clone(),
+            execution_id: q.execution_id.clone(),
+            what: "quarantined".into(),
+            detail: format!("{what} quarantined before this launch: {}", q.reason),
+            target: Some(Tab::Quarantine),
+            actionable: true,
+            done: None,
+        });
+    }
     if launch.more_wakes > 0 {
         lines.push(PanelLine {
             symbol: "…",

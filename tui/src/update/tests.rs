@@ -474,6 +474,12 @@ fn a_turn_that_lost_its_lease_says_so_whichever_session_is_open() {
         .unwrap()
         .into();
     assert!(header.contains("lease lost"), "{header}");
+    // The time is when this process noticed, not when the takeover happened.
+    let noticed = format!(
+        "lease lost (noticed {}, ses_2)",
+        crate::view::clock_time(&app, app.now_ms)
+    );
+    assert!(header.contains(&noticed), "{header}");
 }
 
 #[test]
@@ -527,20 +533,20 @@ fn the_launch_panel_lists_recoveries_quarantine_and_parked_wakes() {
 fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
     let mut launch = fixtures::launch();
     launch.auto_continue = false;
-    // The launch's redrive quarantined the first recovery's wake, and an earlier
-    // recovery's wake is quarantined too: the Quarantine tab lists both.
-    launch.quarantined_wakes = vec![
-        (
-            fixtures::EXE_RECOVERED.to_string(),
-            fixtures::SESSION.to_string(),
-            "continuation inp_rec_x does not exist".to_string(),
-        ),
-        (
-            "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02".to_string(),
-            "ses_5".to_string(),
-            "the wake was attempted 3 times without promoting the continuation".to_string(),
-        ),
+    // The launch's redrive quarantined the first recovery's wake; an earlier
+    // launch's wake is quarantined too: the Quarantine tab lists both, and the
+    // claim the launch quarantined.
+    launch.quarantined_wakes = vec![(
+        fixtures::EXE_RECOVERED.to_string(),
+        fixtures::SESSION.to_string(),
+        "continuation inp_rec_x does not exist".to_string(),
+    )];
+    launch.quarantine = vec![
+        quarantined("claim", fixtures::EXE_QUARANTINED, "ses_4"),
+        quarantined("recovery", fixtures::EXE_RECOVERED, fixtures::SESSION),
+        quarantined("recovery", "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02", "ses_5"),
     ];
+    launch.quarantine_total = 3;
     let lines = panel_lines(&launch);
     let first = &lines[0];
     assert_eq!((first.symbol, first.what.as_str()), ("⚠", "quarantined"));
@@ -568,6 +574,83 @@ fn a_wake_quarantined_during_the_launch_reads_as_quarantined_in_the_panel() {
             "exe_01a2b3c4d5e6f7a8b9c0d1e2f3a4ee02"
         ]
     );
+    let earlier = lines.last().unwrap();
+    assert!(
+        earlier
+            .detail
+            .starts_with("wake quarantined before this launch"),
+        "{}",
+        earlier.detail
+    );
+}
+
+fn quarantined(kind: &str, execution: &str, session: &str) -> crate::app::Quarantined {
+    crate::app::Quarantined {
+        kind: kind.into(),
+        execution_id: execution.into(),
+        session_id: session.into(),
+        reason: format!("{kind} {execution} quarantined"),
+    }
+}
+
+/// An old quarantined claim, and a wake the launch quarantined: the panel, its
+/// heading, the header and the Quarantine tab all count two.
+#[test]
+fn the_panel_and_header_count_every_quarantined_row_as_the_quarantine_tab_does() {
+    let mut app = fixtures::chat();
+    app.last_recovery = None;
+    let launch = Launch {
+        report: Some(Default::default()),
+        quarantined_wakes: vec![(
+            "exe_wake_new".into(),
+            "ses_2".into(),
+            "recovery wake quarantined".into(),
+        )],
+        quarantine: vec![
+            quarantined("claim", "exe_claim_old", "ses_1"),
+            quarantined("recovery", "exe_wake_new", "ses_2"),
+        ],
+        quarantine_total: 2,
+        ..Launch::default()
+    };
+    let lines = panel_lines(&launch);
+    let rows: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l.what.as_str(), l.execution_id.as_str()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("quarantined", "exe_wake_new"),
+            ("Quarantine 2", ""),
+            ("quarantined", "exe_claim_old"),
+        ]
+    );
+    assert!(
+        lines[0].detail.contains("at this launch"),
+        "{}",
+        lines[0].detail
+    );
+    assert!(
+        lines[2]
+            .detail
+            .starts_with("claim quarantined before this launch"),
+        "{}",
+        lines[2].detail
+    );
+    assert_eq!(lines[1].target, Some(Tab::Quarantine));
+    update(&mut app, Msg::Launched(launch));
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 20)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let header: String = terminal
+        .backend()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap()
+        .into();
+    assert!(header.contains("2 in quarantine at launch"), "{header}");
+    assert!(!header.contains("nothing to recover"), "{header}");
 }
 
 #[test]
@@ -1010,6 +1093,18 @@ fn esc_in_a_session_another_process_runs_says_where_to_stop_it() {
         status.contains("another Steward process (pid 4242"),
         "{status:?}"
     );
+    // Neutral: that process may be `steward run` (Ctrl-C) or an ACP agent (the
+    // editor's cancel), and a stopped one ends only once continued.
+    assert!(!status.contains("with Esc"), "{status:?}");
+    assert!(status.contains("kill -CONT 4242"), "{status:?}");
+    // The footer does not offer to cancel the turn here.
+    app.status = None;
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 30)).unwrap();
+    terminal.draw(|f| crate::view::view(&app, f)).unwrap();
+    let text = terminal.backend().to_string();
+    let footer = text.lines().last().unwrap();
+    assert!(!footer.contains("Esc cancel turn"), "{footer}");
+    assert!(footer.contains("Esc which process runs it"), "{footer}");
 }
 
 #[test]
@@ -1042,6 +1137,48 @@ fn a_question_of_a_continuation_opens_its_session_when_none_is_open() {
 }
 
 #[test]
+fn a_question_of_a_continuation_leaves_the_inspector_and_the_typed_prompt_alone() {
+    // In the inspector: the question comes up there, no session opens.
+    let mut app = fixtures::chat();
+    app.transcript = Default::default();
+    app.screen = Screen::Inspector;
+    let effects = update(
+        &mut app,
+        Msg::Permission {
+            id: 5,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(app.screen, Screen::Inspector);
+    assert_eq!(app.current_session(), None);
+    assert!(effects.is_empty(), "{effects:?}");
+    assert!(matches!(
+        app.overlay.last(),
+        Some(Overlay::Permission { id: 5, .. })
+    ));
+    // Something typed: no session opens, and the question names the session by
+    // its title.
+    let mut typed = fixtures::chat();
+    typed.transcript = Default::default();
+    typed.launch.titles = [(fixtures::SESSION.to_string(), "fix the flaky test".into())]
+        .into_iter()
+        .collect();
+    typed.prompt.insert_str("half a thought");
+    update(
+        &mut typed,
+        Msg::Permission {
+            id: 6,
+            request: fixtures::permission(),
+        },
+    );
+    assert_eq!(typed.current_session(), None);
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 30)).unwrap();
+    terminal.draw(|f| crate::view::view(&typed, f)).unwrap();
+    let text = terminal.backend().to_string();
+    assert!(text.contains("in “fix the flaky test”"), "{text}");
+}
+
+#[test]
 fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() {
     let mut app = fixtures::chat();
     app.last_recovery = None;
@@ -1060,6 +1197,7 @@ fn the_header_says_continuations_started_at_launch_when_nothing_was_recovered() 
         .next()
         .unwrap()
         .into();
-    assert!(header.contains("1 session continuing"), "{header}");
+    // Worded as of the launch: the continuation may have finished since.
+    assert!(header.contains("1 session continued at launch"), "{header}");
     assert!(!header.contains("nothing to recover at launch"), "{header}");
 }

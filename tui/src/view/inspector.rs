@@ -83,13 +83,21 @@ fn owner_mark(liveness: Liveness) -> &'static str {
 
 /// A claim's expiry in the EXPIRES column: a countdown while the lease runs, then
 /// the time it ran out — as a time of day today, as an age otherwise — and a value
-/// no lease can have (before 2000) as what it is.
+/// no lease can have (before 2000, or more than a year ahead) as what it is, cut to
+/// the column (the detail pane shows the value whole).
 fn expiry(app: &App, at: i64) -> String {
     const YEAR_2000_MS: i64 = 946_684_800_000;
-    if at > app.now_ms {
-        relative(at - app.now_ms)
+    const DAY_MS: i64 = 86_400_000;
+    const YEAR_MS: i64 = 365 * DAY_MS;
+    let ahead = at.saturating_sub(app.now_ms);
+    if ahead > YEAR_MS {
+        fit(&format!("bad: +{} y", ahead / YEAR_MS), 12)
+    } else if ahead >= 2 * DAY_MS {
+        format!("in {} d", ahead / DAY_MS)
+    } else if at > app.now_ms {
+        relative(ahead)
     } else if at < YEAR_2000_MS {
-        format!("bad: {at}")
+        fit(&format!("bad: {at}"), 12)
     } else {
         let time = super::clock_time(app, at);
         if time.len() <= 8 {

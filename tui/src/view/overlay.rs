@@ -340,6 +340,35 @@ fn quit(app: &App, frame: &mut Frame, area: Rect, running: &[String]) {
     );
 }
 
+/// A session by its title, with its short id; by its id alone when its title is
+/// not known here.
+fn session_name(app: &App, session_id: &str) -> String {
+    let title = app
+        .launch
+        .titles
+        .get(session_id)
+        .cloned()
+        .or_else(|| {
+            app.sessions
+                .rows
+                .iter()
+                .find(|s| s.id == session_id)
+                .map(|s| s.title.clone())
+        })
+        .or_else(|| {
+            app.transcript
+                .session
+                .as_ref()
+                .filter(|s| s.id == session_id)
+                .map(|s| s.title.clone())
+        })
+        .filter(|t| !t.is_empty());
+    match title {
+        Some(title) => format!("“{title}” ({})", short_id(session_id)),
+        None => short_id(session_id),
+    }
+}
+
 fn permission(
     app: &App,
     frame: &mut Frame,
@@ -352,7 +381,7 @@ fn permission(
     let mut text = vec![Line::from(vec![
         Span::raw("The agent wants to run "),
         Span::styled(request.tool.clone(), t.style(Role::Accent)),
-        Span::raw(format!(" in {}.", short_id(&request.session_id))),
+        Span::raw(format!(" in {}.", session_name(app, &request.session_id))),
     ])];
     if let Some(guarded) = &request.guarded {
         text.push(Line::from(Span::styled(

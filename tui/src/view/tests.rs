@@ -502,6 +502,27 @@ fn a_claims_bad_or_old_expiry_reads_whole() {
 }
 
 #[test]
+fn a_claims_far_future_expiry_reads_with_its_unit_and_fits_its_column() {
+    let mut app = inspector(Tab::Claims);
+    let crate::app::Rows::Claims(rows) = &mut app.inspector.rows else {
+        unreachable!()
+    };
+    rows[0].claim.expires_at = serde_json::json!(99_999_999_999_999_i64);
+    rows[1].claim.expires_at = serde_json::json!(fixtures::NOW + 5 * 86_400_000);
+    let text = screen(&app, 110, 24);
+    assert!(!text.contains("in 27"), "{text}");
+    let far = 99_999_999_999_999_i64 - fixtures::NOW;
+    let years = far / (365 * 86_400_000);
+    assert!(text.contains(&format!("bad: +{years} y")), "{text}");
+    assert!(text.contains("in 5 d"), "{text}");
+    // The STATE column still starts where the header says.
+    let at = |line: &str, what: &str| line[..line.find(what).unwrap()].chars().count();
+    let state = text.lines().find(|l| l.contains("STATE")).unwrap();
+    let row = text.lines().find(|l| l.contains("bad: +")).unwrap();
+    assert_eq!(at(row, "live"), at(state, "STATE"), "{text}");
+}
+
+#[test]
 fn the_detail_pane_says_times_readably() {
     let app = inspector(Tab::Quarantine);
     let text = screen(&app, 110, 24);

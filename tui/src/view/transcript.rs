@@ -9,7 +9,7 @@ use steward_engine::message::{
     AssistantData, MessageData, Part, SyntheticKind, TOOL_OUTCOME_UNKNOWN, ToolPart, ToolStatus,
 };
 use steward_engine::projection::{InputRow, MessageRow};
-use unicode_width::UnicodeWidthChar;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::theme::{Role, Theme};
 
@@ -417,15 +417,21 @@ fn tool_lines(
             .chars()
             .map(|c| c.width().unwrap_or(0))
             .sum::<usize>();
-    let room = usize::from(width)
-        .saturating_sub(fixed)
-        .clamp(8, SUMMARY_CHARS);
-    line.extend([
-        Span::raw("  "),
-        Span::styled(summary(&state.input, room), theme.style(Role::Muted)),
-        Span::raw("  "),
-        Span::styled(status, theme.style(role)),
-    ]);
+    if fixed + 8 <= usize::from(width) {
+        let room = (usize::from(width) - fixed).min(SUMMARY_CHARS);
+        line.extend([
+            Span::raw("  "),
+            Span::styled(summary(&state.input, room), theme.style(Role::Muted)),
+        ]);
+    } else {
+        // A name too long for the line (an MCP server's and tool's, say) is cut,
+        // and the input left to the expanded call, so the status still fits.
+        let name: String = line[1..].iter().map(|s| s.content.as_ref()).collect();
+        let room = usize::from(width).saturating_sub(fixed - name.width() - 2);
+        line.truncate(1);
+        line.push(Span::styled(cut(&name, room), theme.style(Role::Title)));
+    }
+    line.extend([Span::raw("  "), Span::styled(status, theme.style(role))]);
     out.push(Line::from(line));
     if let Some(error) = &state.error {
         let (label, role) = if quarantined {
@@ -603,6 +609,25 @@ fn words(text: &str) -> Vec<&str> {
     out
 }
 
+/// `text` cut to `width` columns, ending in `…` when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.width() <= width {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,6 +688,46 @@ mod tests {
             assert!(
                 shown[header].chars().count() <= usize::from(width),
                 "{shown:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_mcp_tools_long_name_leaves_its_status_on_its_line() {
+        let theme = Theme { color: false };
+        let tool = "filesystem_server__a_very_long_tool_name_that_goes_on_and_on_for_a_while";
+        let row = assistant_row(serde_json::json!({
+            "execution_id": "exe_1", "provider": "p", "model": "m", "time": {"created": 1},
+            "parts": [{"id": "prt_1", "type": "tool", "call_id": "c1", "tool": tool,
+                       "state": {"status": "error", "input": {"path": "/tmp/some/long/path"},
+                                 "error": "exit status 1",
+                                 "time": {"start": 1000, "end": 34_700}}}]}));
+        for width in [30u16, 40, 60, 78, 86, 120] {
+            let shown = text(&lines(
+                &theme,
+                std::slice::from_ref(&row),
+                &[],
+                false,
+                width,
+            ));
+            let header = shown
+                .iter()
+                .position(|l| l.contains("▸ filesystem_serv"))
+                .unwrap_or_else(|| panic!("width {width}: {shown:#?}"));
+            assert!(
+                shown[header].trim_end().ends_with("✗ 33.7 s"),
+                "width {width}: {shown:#?}"
+            );
+            assert!(
+                shown[header].chars().count() <= usize::from(width),
+                "width {width}: {shown:#?}"
+            );
+            // Nothing of the status spills onto the next line.
+            assert!(
+                shown
+                    .get(header + 1)
+                    .is_none_or(|next| !next.trim_start().starts_with('s')),
+                "width {width}: {shown:#?}"
             );
         }
     }

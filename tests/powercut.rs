@@ -469,6 +469,12 @@ impl Model {
                 Some(data) => {
                     let mut pos = *at;
                     let end = at + data.len() as u64;
+                    // Torn inside: a file system records a write's new size as a
+                    // whole (its sectors may not all have reached the disk, and
+                    // read as zeros), never a size partway through the write.
+                    if (bytes.len() as u64) < end {
+                        bytes.resize(end as usize, 0);
+                    }
                     while pos < end {
                         let next = ((pos / 512) + 1) * 512;
                         let next = next.min(end);

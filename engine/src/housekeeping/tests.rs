@@ -56,7 +56,7 @@ fn r3_6_a_title_is_kept_to_one_clean_line_of_bounded_length() {
     let hostile = "evil\u{1b}]0;pwned\u{7}\u{1b}[31mred\u{1b}[0m\nnewline\ttab\r";
     store.write(|tx| rename(tx, &id, hostile, 2_000)).unwrap();
     let title = rows::session(store.conn(), &id).unwrap().unwrap().title;
-    assert_eq!(title, "evil ]0;pwned [31mred [0m newline tab");
+    assert_eq!(title, "evilred newline tab");
     assert!(!title.chars().any(char::is_control), "{title:?}");
     let long = "x".repeat(100_000);
     store.write(|tx| rename(tx, &id, &long, 3_000)).unwrap();

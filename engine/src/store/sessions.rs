@@ -124,12 +124,12 @@ pub fn title_from(prompt: &str) -> String {
 /// The longest title kept, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 
-/// A title as one clean line: control characters (line breaks, tabs, terminal
-/// escapes) become spaces, runs of spaces one, and more than
-/// [`MAX_TITLE_CHARS`] is cut with `…`. Lists print a title on one line; it must
-/// not be able to forge another.
+/// A title as one clean line: terminal escape sequences removed whole
+/// ([`crate::printable::clean`]), other control characters (line breaks, tabs)
+/// made spaces, runs of spaces one, and more than [`MAX_TITLE_CHARS`] cut with
+/// `…`. Lists print a title on one line; it must not be able to forge another.
 pub fn clean_title(title: &str) -> String {
-    let spaced: String = title
+    let spaced: String = crate::printable::clean(title)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();

@@ -630,6 +630,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn r4_20_a_blob_too_large_to_keep_is_replayed_as_a_link_to_its_uri() {
+        let mut u = user("[file:///w/big.png](file:///w/big.png)");
+        u.content = vec![
+            PromptBlock::Resource {
+                uri: "file:///w/big.png#x".into(),
+                mime_type: Some("image/png".into()),
+                text: None,
+                blob: None,
+                size: Some(300_000),
+            },
+            PromptBlock::Resource {
+                uri: "file:///w/small.png".into(),
+                mime_type: None,
+                text: None,
+                blob: Some("iVBO".into()),
+                size: None,
+            },
+        ];
+        let replayed = json_of(user_prompt(&u));
+        assert_eq!(replayed[0]["content"]["type"], "resource_link");
+        assert_eq!(replayed[0]["content"]["name"], "big.png");
+        assert_eq!(replayed[0]["content"]["uri"], "file:///w/big.png#x");
+        assert_eq!(replayed[0]["content"]["size"], 300_000);
+        assert_eq!(replayed[1]["content"]["type"], "resource");
+        assert_eq!(replayed[1]["content"]["resource"]["blob"], "iVBO");
+    }
+
     fn json_of(updates: Vec<SessionUpdate>) -> Vec<Value> {
         updates
             .into_iter()

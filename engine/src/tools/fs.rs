@@ -101,21 +101,25 @@ pub fn linked_text(ctx: &ToolContext, uri: &str, room: u64) -> Result<String, St
         return Err("it does not exist".into());
     }
     let (file, meta) = open_regular(ctx, &located)?;
-    let too_large = |size: String| {
+    // `size` is `None` when the file holds more than its size said.
+    let too_large = |size: Option<u64>| {
+        let is = size.map_or("it holds more".to_string(), |n| {
+            format!("it is {n} bytes, more")
+        });
         if room < MAX_LINKED_BYTES {
             format!(
-                "it is {size} bytes, more than the {room} left of the {MAX_LINKED_TOTAL} the prompts' files of one request may hold"
+                "{is} than the {room} left of the {MAX_LINKED_TOTAL} the prompts' files of one request may hold"
             )
         } else {
-            format!("it is {size} bytes, more than the {MAX_LINKED_BYTES} a prompt's file may be")
+            format!("{is} than the {MAX_LINKED_BYTES} a prompt's file may be")
         }
     };
     let room = room.min(MAX_LINKED_BYTES);
     if meta.len() > room {
-        return Err(too_large(meta.len().to_string()));
+        return Err(too_large(Some(meta.len())));
     }
     let text = text_of(file, &located.path, room).map_err(|e| match e {
-        TextError::Larger => too_large(format!("more than {room}")),
+        TextError::Larger => too_large(None),
         TextError::Other(e) => e,
     })?;
     Ok(crate::tools::scrub_secrets(text, &ctx.config.hidden_env))

@@ -163,6 +163,59 @@ fn acp_a_prompt_s_resource_links_reach_the_model_and_replay_as_links() {
 }
 
 #[test]
+fn acp_the_provider_s_key_in_a_linked_file_or_resource_never_reaches_the_model() {
+    const KEY: &str = "sk-SECRETKEY-1234567890abcdef";
+    let env = Env::new();
+    let work = work_dir(&env);
+    let work_path = Path::new(&work).canonicalize().unwrap();
+    std::fs::write(work_path.join(".env"), format!("key={KEY}\n")).unwrap();
+    let server = Server::start(
+        Wire::OpenAi,
+        vec![Answer::Stream {
+            pieces: Wire::OpenAi.answer(&["Read it."]),
+            pause: Duration::ZERO,
+        }],
+    );
+    let config = format!(
+        "{}api_key_env = \"STEWARD_TEST_PROVIDER_KEY\"\n",
+        Wire::OpenAi.config(&server.root)
+    );
+    let config = write_script(&env, "config.toml", &config);
+    let argv = argv_with_config(&env, &config);
+    let vars = [("STEWARD_TEST_PROVIDER_KEY", KEY)];
+    let blocks = json!([
+        {"type": "text", "text": "What is in these?"},
+        {"type": "resource_link", "uri": format!("{}#L1", file_uri(&work_path.join(".env"))), "name": ".env"},
+        {"type": "resource", "resource": {"uri": file_uri(&work_path.join("pasted.env")),
+            "text": format!("token={KEY}")}}
+    ]);
+    let mut client = Driver::spawn_with(&env, &argv, &vars);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let session = new_session(&mut client, &work);
+    let answer = prompt(&mut client, &session, blocks);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    assert!(client.close().success());
+
+    let sent = server.bodies().last().expect("a request").to_string();
+    assert!(!sent.contains("sk-SECRETKEY"), "the key was sent: {sent}");
+    assert!(sent.contains("key=<redacted>"), "{sent}");
+    assert!(sent.contains("token=<redacted>"), "{sent}");
+
+    // What was kept of the resource holds no key either: a load replays it redacted.
+    let mut client = Driver::spawn_with(&env, &argv, &vars);
+    client.request("initialize", json!({"protocolVersion": 1}));
+    let loaded = client.request(
+        "session/load",
+        json!({"sessionId": session, "cwd": work, "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed = json!(user_blocks(&client, &session)).to_string();
+    assert!(!replayed.contains("sk-SECRETKEY"), "{replayed}");
+    assert!(replayed.contains("token=<redacted>"), "{replayed}");
+    assert!(client.close().success());
+}
+
+#[test]
 fn acp_the_compaction_summary_is_a_marked_thought_not_the_agents_answer() {
     let env = Env::new();
     let work = work_dir(&env);

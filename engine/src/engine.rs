@@ -26,6 +26,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::Delivery;
 use crate::inspector;
+use crate::message::PromptBlock;
 use crate::owner::{Owner, Owners};
 use crate::projection::{InputRow, SessionRow};
 use crate::provider::Provider;
@@ -541,7 +542,8 @@ impl Engine {
     }
 
     /// [`Engine::admit`] of a prompt that carries resources: `prompt` is its text,
-    /// `content` its blocks, kept as they are (protocol §4.20).
+    /// `content` its blocks, kept as they are but for an embedded resource's hidden
+    /// values and size ([`PromptBlock::kept`], protocol §4.20).
     pub async fn admit_content(
         &self,
         session_id: &str,
@@ -550,8 +552,8 @@ impl Engine {
         delivery: Delivery,
     ) -> Result<InputRow> {
         check_prompt(prompt)?;
-        let (session, text, blocks) =
-            (session_id.to_string(), prompt.to_string(), content.to_vec());
+        let blocks = PromptBlock::kept(content, &self.services.config.tools.hidden_env);
+        let (session, text) = (session_id.to_string(), prompt.to_string());
         let clock = self.services.clock.clone();
         let (input, record) = self
             .services
@@ -580,7 +582,7 @@ impl Engine {
     }
 
     /// [`Engine::submit`] of a prompt that carries resources: `prompt` is its text,
-    /// `content` its blocks, kept as they are (protocol §4.20).
+    /// `content` its blocks, kept as [`Engine::admit_content`] keeps them.
     pub async fn submit_content(
         &self,
         session_id: &str,
@@ -588,6 +590,7 @@ impl Engine {
         content: &[crate::message::PromptBlock],
     ) -> Result<InputRow> {
         check_prompt(prompt)?;
+        let content = &PromptBlock::kept(content, &self.services.config.tools.hidden_env);
         match self
             .coordinator
             .start_admitting(session_id, prompt, content)

@@ -163,8 +163,17 @@ pub enum PromptBlock {
         /// A binary resource's bytes, in base64.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         blob: Option<String>,
+        /// How many bytes of text (or of base64) the client sent, when that was
+        /// more than a prompt keeps ([`MAX_RESOURCE_BYTES`]): the text is cut
+        /// there, the blob is not kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
     },
 }
+
+/// The most of an embedded resource a prompt keeps, its text or its blob in base64
+/// (protocol §4.20): as much as a linked file may bring.
+pub const MAX_RESOURCE_BYTES: usize = crate::tools::fs::MAX_LINKED_BYTES as usize;
 
 impl PromptBlock {
     /// The prompt's text for readers that show text: its text blocks as they are, a
@@ -179,6 +188,55 @@ impl PromptBlock {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// The blocks of a prompt as they are kept and sent (protocol §4.20): an
+    /// embedded resource's text with the values of the variables `hidden` names
+    /// (the provider's API key) redacted, then cut at [`MAX_RESOURCE_BYTES`] (at a
+    /// character boundary); a blob longer than that not kept. `size` says how large
+    /// what was cut or left out was. Keeping kept blocks changes nothing.
+    pub fn kept(blocks: &[PromptBlock], hidden: &[String]) -> Vec<PromptBlock> {
+        blocks
+            .iter()
+            .map(|block| match block {
+                PromptBlock::Resource {
+                    uri,
+                    mime_type,
+                    text,
+                    blob,
+                    size,
+                } => {
+                    let mut size = *size;
+                    let text = text.as_ref().map(|text| {
+                        let mut text = crate::tools::scrub_secrets(text.clone(), hidden);
+                        if text.len() > MAX_RESOURCE_BYTES {
+                            size = Some(text.len() as u64);
+                            let mut end = MAX_RESOURCE_BYTES;
+                            while !text.is_char_boundary(end) {
+                                end -= 1;
+                            }
+                            text.truncate(end);
+                        }
+                        text
+                    });
+                    let blob = match blob {
+                        Some(b) if b.len() > MAX_RESOURCE_BYTES => {
+                            size = Some(b.len() as u64);
+                            None
+                        }
+                        other => other.clone(),
+                    };
+                    PromptBlock::Resource {
+                        uri: uri.clone(),
+                        mime_type: mime_type.clone(),
+                        text,
+                        blob,
+                        size,
+                    }
+                }
+                other => other.clone(),
+            })
+            .collect()
     }
 
     /// Whether a prompt of these blocks needs them kept (it carries a resource):

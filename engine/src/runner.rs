@@ -30,6 +30,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventRecord};
 use crate::ids;
+use crate::message::{MessageData, PromptBlock};
 use crate::phase::PhaseChange;
 use crate::projection::{MessageRow, SessionRow};
 use crate::provider::Provider;
@@ -246,7 +247,7 @@ impl Execution {
             // At rest (nothing promoted yet), a compaction reaches `safe`: a crash right
             // after it loses nothing, since pending inputs keep their wakes.
             let messages = self.messages().await?;
-            if self.over_budget(&messages) {
+            if self.over_budget(&messages, &self.linked(&messages).await?) {
                 self.compact(true, &messages).await?;
             }
             let promoted = self.promote(&scope).await?;
@@ -270,12 +271,15 @@ impl Execution {
         let max_steps = self.services.config.agent.max_steps;
         for _ in 0..max_steps {
             // One read of the transcript per step: for the budget and the request.
+            // The prompts' linked files too: read once, counted and sent.
             let mut messages = self.messages().await?;
-            if self.over_budget(&messages) {
+            let mut linked = self.linked(&messages).await?;
+            if self.over_budget(&messages, &linked) {
                 self.compact(false, &messages).await?;
                 messages = self.messages().await?;
+                linked = self.linked(&messages).await?;
             }
-            match self.step(messages).await? {
+            match self.step(messages, linked).await? {
                 step::StepEnd::ToolCalls(calls) => self.run_tools(calls).await?,
                 step::StepEnd::Stopped(cleared) => return Ok((cleared, None)),
                 step::StepEnd::Failed(message, cleared) => return Ok((cleared, Some(message))),
@@ -371,13 +375,24 @@ impl Execution {
     }
 
     /// The session's messages, in transcript order.
+    /// The session's transcript, for the budget and the requests: its embedded
+    /// resources as a prompt keeps them ([`PromptBlock::kept`]) — the values this
+    /// process hides redacted even from one admitted where they were not hidden.
     async fn messages(&self) -> Flow<Vec<MessageRow>> {
         let session_id = self.claim.session_id.clone();
-        Ok(self
+        let mut messages = self
             .services
             .db
             .read(move |conn| rows::messages(conn, &session_id))
-            .await?)
+            .await?;
+        for message in &mut messages {
+            if let MessageData::User(u) = &mut message.data
+                && !u.content.is_empty()
+            {
+                u.content = PromptBlock::kept(&u.content, &self.services.config.tools.hidden_env);
+            }
+        }
+        Ok(messages)
     }
 
     /// An execution that cannot go on (protocol §4.14). When the store failed (a full

@@ -89,7 +89,8 @@ pub fn user_text(text: impl Into<String>) -> SessionUpdate {
 }
 
 /// A user's prompt as the client sent it: block by block when it carries resources
-/// (a link as a `resource_link`, a resource as itself; protocol §4.20), else its
+/// (a link as a `resource_link`, a resource as itself — its text as kept, a blob
+/// too large to keep as a `resource_link` to its URI; protocol §4.20), else its
 /// text.
 pub fn user_prompt(user: &UserData) -> Vec<SessionUpdate> {
     use agent_client_protocol_schema::v1::{
@@ -114,11 +115,24 @@ pub fn user_prompt(user: &UserData) -> Vec<SessionUpdate> {
                         .title(title.clone())
                         .mime_type(mime_type.clone()),
                 ),
+                // A blob too large to keep is replayed as a mention of its URI.
+                PromptBlock::Resource {
+                    uri,
+                    mime_type,
+                    text: None,
+                    blob: None,
+                    size,
+                } => ContentBlock::ResourceLink(
+                    ResourceLink::new(link_name(uri), uri.clone())
+                        .mime_type(mime_type.clone())
+                        .size(size.and_then(|s| i64::try_from(s).ok())),
+                ),
                 PromptBlock::Resource {
                     uri,
                     mime_type,
                     text,
                     blob,
+                    ..
                 } => {
                     let resource = match text {
                         Some(text) => EmbeddedResourceResource::TextResourceContents(
@@ -139,6 +153,15 @@ pub fn user_prompt(user: &UserData) -> Vec<SessionUpdate> {
             SessionUpdate::UserMessageChunk(ContentChunk::new(block))
         })
         .collect()
+}
+
+/// The name a URI is mentioned by: its last path segment, or the URI itself.
+fn link_name(uri: &str) -> String {
+    let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    match path.rsplit('/').next() {
+        Some(last) if !last.is_empty() => last.to_string(),
+        _ => uri.to_string(),
+    }
 }
 
 pub fn tool_called(
@@ -605,6 +628,34 @@ mod tests {
             text: text.into(),
             content: Vec::new(),
         }
+    }
+
+    #[test]
+    fn r4_20_a_blob_too_large_to_keep_is_replayed_as_a_link_to_its_uri() {
+        let mut u = user("[file:///w/big.png](file:///w/big.png)");
+        u.content = vec![
+            PromptBlock::Resource {
+                uri: "file:///w/big.png#x".into(),
+                mime_type: Some("image/png".into()),
+                text: None,
+                blob: None,
+                size: Some(300_000),
+            },
+            PromptBlock::Resource {
+                uri: "file:///w/small.png".into(),
+                mime_type: None,
+                text: None,
+                blob: Some("iVBO".into()),
+                size: None,
+            },
+        ];
+        let replayed = json_of(user_prompt(&u));
+        assert_eq!(replayed[0]["content"]["type"], "resource_link");
+        assert_eq!(replayed[0]["content"]["name"], "big.png");
+        assert_eq!(replayed[0]["content"]["uri"], "file:///w/big.png#x");
+        assert_eq!(replayed[0]["content"]["size"], 300_000);
+        assert_eq!(replayed[1]["content"]["type"], "resource");
+        assert_eq!(replayed[1]["content"]["resource"]["blob"], "iVBO");
     }
 
     fn json_of(updates: Vec<SessionUpdate>) -> Vec<Value> {

@@ -40,28 +40,31 @@ fn sent(messages: &[MessageRow]) -> &[MessageRow] {
     &messages[start..]
 }
 
-/// The URIs of the files the prompts of the next request link to.
+/// The URIs of the files the prompts of the next request link to, the newest
+/// prompt's first (each prompt's in its order, each URI once): the order they are
+/// read in, so that when their total is over what a request may hold, the files
+/// left out are the oldest prompts' (protocol §4.20).
 pub fn links(messages: &[MessageRow]) -> Vec<String> {
-    let mut uris: Vec<String> = sent(messages)
-        .iter()
-        .filter_map(|m| match &m.data {
-            MessageData::User(u) => Some(&u.content),
-            _ => None,
-        })
-        .flatten()
-        .filter_map(|b| match b {
-            PromptBlock::Link { uri, .. } => Some(uri.clone()),
-            _ => None,
-        })
-        .collect();
-    uris.sort();
-    uris.dedup();
+    let mut uris: Vec<String> = Vec::new();
+    for m in sent(messages).iter().rev() {
+        let MessageData::User(u) = &m.data else {
+            continue;
+        };
+        for block in &u.content {
+            if let PromptBlock::Link { uri, .. } = block
+                && !uris.contains(uri)
+            {
+                uris.push(uri.clone());
+            }
+        }
+    }
     uris
 }
 
 /// A user's message as the model sees it (protocol §4.20): its text, then each
-/// resource its prompt carries — one given whole as its text, a linked file as
-/// `linked` has it, or why it could not be read. Without `linked`, a link is the
+/// resource its prompt carries — one given whole as its text (and, when it was
+/// cut, how large it was), a linked file as `linked` has it, or why it could not
+/// be read. Without `linked`, a link is the
 /// reference the text has.
 pub fn user_text(u: &UserData, linked: Option<&Linked>) -> String {
     let mut text = u.text.clone();
@@ -83,8 +86,17 @@ pub fn user_text(u: &UserData, linked: Option<&Linked>) -> String {
             PromptBlock::Resource {
                 uri,
                 text: Some(body),
+                size,
                 ..
-            } => resource(&mut text, uri, body),
+            } => {
+                resource(&mut text, uri, body);
+                if let Some(size) = size {
+                    text.push_str(&format!(
+                        "\n\n[Steward] The prompt's resource {uri} is {size} bytes: only its first {} are shown.",
+                        body.len()
+                    ));
+                }
+            }
             PromptBlock::Resource { uri, mime_type, .. } => text.push_str(&format!(
                 "\n\n[Steward] The prompt's resource {uri} is binary ({}): it is not shown.",
                 mime_type.as_deref().unwrap_or("no type given")
@@ -313,12 +325,14 @@ mod tests {
                     mime_type: None,
                     text: Some("fn c() {}".into()),
                     blob: None,
+                    size: None,
                 },
                 PromptBlock::Resource {
                     uri: "file:///w/d.png".into(),
                     mime_type: Some("image/png".into()),
                     text: None,
                     blob: Some("iVBO".into()),
+                    size: None,
                 },
             ],
         };
@@ -340,7 +354,7 @@ mod tests {
              [Steward] The prompt's resource file:///w/d.png is binary (image/png): it is not shown."
         );
         let messages = vec![row(0, MessageData::User(u.clone()))];
-        assert_eq!(links(&messages), vec!["file:///b.txt", "file:///w/a.txt"]);
+        assert_eq!(links(&messages), vec!["file:///w/a.txt", "file:///b.txt"]);
         // Without reading, a link is the reference its text has.
         assert!(!user_text(&u, None).contains("could not be read"));
     }

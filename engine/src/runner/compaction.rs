@@ -25,8 +25,9 @@ impl Execution {
     /// something new to fold in since the last summary, so that a summary that is
     /// itself over budget does not compact again before every step, and no
     /// compaction failed in this turn (one failure is not repeated before every
-    /// step of it).
-    pub(crate) fn over_budget(&self, messages: &[MessageRow]) -> bool {
+    /// step of it). The estimate takes the request as it would be sent: embedded
+    /// resources and the linked files as `linked` has them (protocol §4.20).
+    pub(crate) fn over_budget(&self, messages: &[MessageRow], linked: &context::Linked) -> bool {
         if self.compaction_failed {
             return false;
         }
@@ -40,7 +41,8 @@ impl Execution {
         if since_summary < 2 {
             return false;
         }
-        let conversation = context::conversation(&self.session.directory, messages);
+        let conversation =
+            context::conversation_with(&self.session.directory, messages, Some(linked));
         context::estimate_tokens(&conversation) > self.services.config.compaction.token_budget
     }
 

@@ -96,7 +96,9 @@ const LINK_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Execution {
     /// Reads the files the prompts of the next request link to (protocol §4.20), as
-    /// `read_file` reads from disk, and never asking: on a thread of its own, which
+    /// `read_file` reads from disk, and never asking — the newest prompt's first, at
+    /// most [`crate::tools::fs::MAX_LINKED_TOTAL`] bytes of them all together, each
+    /// file that would pass that left unread: on a thread of its own, which
     /// is abandoned (detached) when it has not finished within [`LINK_READ_LIMIT`]
     /// — the file system can hang — and each file is then said to be unread.
     async fn read_links(&self, messages: &[MessageRow]) -> context::Linked {
@@ -122,10 +124,22 @@ impl Execution {
         let spawned = std::thread::Builder::new()
             .name("steward-prompt-files".into())
             .spawn(move || {
+                use crate::tools::fs::{MAX_LINKED_TOTAL, linked_text};
+                let mut used = 0u64;
                 let linked = wanted
                     .into_iter()
                     .map(|uri| {
-                        let text = crate::tools::fs::linked_text(&ctx, &uri);
+                        let room = MAX_LINKED_TOTAL.saturating_sub(used);
+                        let text = if room == 0 {
+                            Err(format!(
+                                "the newer prompts' files fill the {MAX_LINKED_TOTAL} bytes one request may hold"
+                            ))
+                        } else {
+                            linked_text(&ctx, &uri, room)
+                        };
+                        if let Ok(text) = &text {
+                            used += text.len() as u64;
+                        }
                         (uri, text)
                     })
                     .collect::<context::Linked>();
@@ -149,7 +163,24 @@ impl Execution {
         }
     }
 
-    pub(crate) async fn step(&mut self, messages: Vec<MessageRow>) -> Flow<StepEnd> {
+    /// The files the prompts of the next request link to, read ([`Self::read_links`])
+    /// unless the execution is cancelled or loses its claim meanwhile: what the
+    /// budget's estimate counts and the step sends.
+    pub(crate) async fn linked(&self, messages: &[MessageRow]) -> Flow<context::Linked> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+            _ = self.lost.cancelled() => Err(Stop::Lost),
+            linked = self.read_links(messages) => Ok(linked),
+        }
+    }
+
+    /// A step of the conversation `messages`, with the files its prompts link to as
+    /// `linked` has them.
+    pub(crate) async fn step(
+        &mut self,
+        messages: Vec<MessageRow>,
+        linked: context::Linked,
+    ) -> Flow<StepEnd> {
         let step_index = messages
             .iter()
             .filter(|m| m.data.kind() == MessageKind::Assistant)
@@ -177,11 +208,6 @@ impl Execution {
         for missing in &offered.unavailable {
             tracing::warn!(server = %missing.server, error = %missing.error, "an MCP server's tools are not offered");
         }
-        let linked = tokio::select! {
-            _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
-            _ = self.lost.cancelled() => return Err(Stop::Lost),
-            linked = self.read_links(&messages) => linked,
-        };
         let request = ProviderRequest {
             session_id: self.claim.session_id.clone(),
             purpose: Purpose::Step,

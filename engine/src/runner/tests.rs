@@ -13,7 +13,7 @@ use crate::clock::{Clock, ManualClock, SharedClock, SystemClock};
 use crate::config::Config;
 use crate::coordinator::SessionOutcome;
 use crate::events::{Delivery, Event};
-use crate::message::{Finish, MessageData, Part, ToolStatus};
+use crate::message::{Finish, MAX_RESOURCE_BYTES, MessageData, Part, PromptBlock, ToolStatus};
 use crate::provider::scripted::{Script, ScriptedProvider};
 use crate::provider::{ChatMessage, ProviderError};
 use crate::runner::Outcome;
@@ -1343,5 +1343,182 @@ async fn i13_a_failed_compaction_is_tried_once_a_turn_and_said() {
     );
     assert_eq!(claim_of(&engine, &session.id).await, None);
     doctor_ok(&engine).await;
+    engine.shutdown().await.unwrap();
+}
+
+/// A prompt of `text` and `links` (files of the session's directory `work`).
+fn with_links(work: &std::path::Path, text: &str, links: &[&str]) -> Vec<PromptBlock> {
+    let mut blocks = vec![PromptBlock::Text { text: text.into() }];
+    blocks.extend(links.iter().map(|name| PromptBlock::Link {
+        uri: format!("file://{}", work.join(name).display()),
+        name: name.to_string(),
+        title: None,
+        mime_type: None,
+    }));
+    blocks
+}
+
+/// The text of the user messages of `request`.
+fn user_texts(request: &crate::provider::ProviderRequest) -> String {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::User(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_20_a_prompt_s_files_and_resources_reach_the_model_redacted_and_bounded() {
+    let dir = TestDir::new();
+    let work = std::path::PathBuf::from(dir.work()).canonicalize().unwrap();
+    // PATH stands for the provider's key: its value is hidden.
+    let key = std::env::var("PATH").unwrap();
+    let mut config = Config::default();
+    config.provider.api_key_env = Some("PATH".into());
+    std::fs::write(work.join(".env"), format!("key={key}\n")).unwrap();
+    let mut names = vec![".env".to_string()];
+    for i in 0..12 {
+        let name = format!("part{i:02}.txt");
+        std::fs::write(work.join(&name), "y".repeat(100_000)).unwrap();
+        names.push(name);
+    }
+    let provider = FakeProvider::new(vec![Answer::text("ok")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let links: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut blocks = with_links(&work, "look", &links);
+    blocks.push(PromptBlock::Resource {
+        uri: "file:///w/pasted.env".into(),
+        mime_type: None,
+        text: Some(format!("token {key}")),
+        blob: None,
+        size: None,
+    });
+    let big = MAX_RESOURCE_BYTES + 1000;
+    blocks.push(PromptBlock::Resource {
+        uri: "file:///w/big.txt".into(),
+        mime_type: None,
+        text: Some("z".repeat(big)),
+        blob: None,
+        size: None,
+    });
+    blocks.push(PromptBlock::Resource {
+        uri: "file:///w/big.png".into(),
+        mime_type: Some("image/png".into()),
+        text: None,
+        blob: Some("A".repeat(big)),
+        size: None,
+    });
+    let text = PromptBlock::text_of(&blocks);
+    engine
+        .admit_content(&session.id, &text, &blocks, Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let sent = user_texts(&provider.requests.lock().unwrap()[0]);
+    // The key reaches the model from neither the linked file nor the resource.
+    assert!(!sent.contains(&key), "the hidden value was sent");
+    assert!(sent.contains("key=<redacted>"), "{}", &sent[..2000]);
+    assert!(sent.contains("token <redacted>"));
+    // The linked files: at most 256 KiB of them, the rest named with why.
+    let files = sent.matches(&"y".repeat(100_000)).count();
+    assert_eq!(files, 2, "two files of 100 kB fit in 256 KiB");
+    assert_eq!(
+        sent.matches("fill the 262144 bytes one request may hold")
+            .count()
+            + sent.matches("left of the 262144").count(),
+        10,
+    );
+    // The embedded text cut at the limit, with a note; the blob named, not sent.
+    assert!(sent.contains(&format!(
+        "The prompt's resource file:///w/big.txt is {big} bytes: only its first {MAX_RESOURCE_BYTES} are shown."
+    )));
+    assert!(!sent.contains(&"z".repeat(MAX_RESOURCE_BYTES + 1)));
+    assert!(sent.contains("file:///w/big.png is binary (image/png)"));
+    // What is kept: the resource redacted and cut, the large blob not kept.
+    let transcript = messages(&engine, &session.id).await;
+    let MessageData::User(user) = &transcript[0].data else {
+        panic!("{:?}", transcript[0]);
+    };
+    let stored = serde_json::to_string(&user.content).unwrap();
+    assert!(!stored.contains(&key));
+    assert!(stored.contains("token <redacted>"));
+    assert!(
+        !stored.contains(&"A".repeat(1000)),
+        "the large blob was kept"
+    );
+    assert!(matches!(
+        &user.content[user.content.len() - 2],
+        PromptBlock::Resource { text: Some(t), size: Some(s), .. }
+            if t.len() == MAX_RESOURCE_BYTES && *s == big as u64
+    ));
+    assert!(matches!(
+        &user.content[user.content.len() - 1],
+        PromptBlock::Resource { blob: None, size: Some(s), .. } if *s == big as u64
+    ));
+    engine.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_20_linked_files_count_in_the_compaction_budget() {
+    let dir = TestDir::new();
+    let work = std::path::PathBuf::from(dir.work()).canonicalize().unwrap();
+    std::fs::write(work.join("a.txt"), "a".repeat(100_000)).unwrap();
+    std::fs::write(work.join("b.txt"), "b".repeat(100_000)).unwrap();
+    let mut config = Config::default();
+    // The text alone is far below it; with the files (~50,000 tokens), above.
+    config.compaction.token_budget = 30_000;
+    let provider = FakeProvider::new(vec![Answer::text("ok")]);
+    let engine = engine(
+        &dir,
+        SystemClock::shared(),
+        config,
+        provider.clone(),
+        ToolRegistry::standard(),
+        yes(),
+    )
+    .await;
+    let session = engine.create_session("t", &dir.work()).await.unwrap();
+    let blocks = with_links(&work, "read these", &["a.txt", "b.txt"]);
+    let text = PromptBlock::text_of(&blocks);
+    engine
+        .admit_content(&session.id, &text, &blocks, Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    engine
+        .admit(&session.id, "and now?", Delivery::Queue)
+        .await
+        .unwrap();
+    assert_eq!(
+        engine.wait_idle(&session.id).await,
+        Some(SessionOutcome::Ran(Outcome::Idle))
+    );
+    let kinds = event_kinds(&engine, &session.id).await;
+    assert!(
+        kinds.contains(&"compaction.ended"),
+        "the linked files were not counted: {kinds:?}"
+    );
+    // After the summary, the files are no longer sent.
+    let last = user_texts(provider.requests.lock().unwrap().last().unwrap());
+    assert!(!last.contains(&"a".repeat(1000)), "{}", &last[..200]);
     engine.shutdown().await.unwrap();
 }

@@ -67,19 +67,28 @@ pub(crate) fn current_text(
             meta.len()
         ));
     }
-    text_of(file, &located.path).map(Some)
+    match text_of(file, &located.path, limit) {
+        Ok(text) => Ok(Some(text)),
+        Err(TextError::Larger) => Err(format!(
+            "{} is more than the {limit} bytes an edit reads",
+            located.path.display()
+        )),
+        Err(TextError::Other(e)) => Err(e),
+    }
 }
 
 /// The largest file a prompt's link brings into the model's context (protocol
 /// §4.20).
 pub const MAX_LINKED_BYTES: u64 = 256 << 10;
 
-/// The text of the file a prompt links to (`file://` URI), for the model's context
+/// The text of the file a prompt links to (`file:` URI), for the model's context
 /// (protocol §4.20): located and opened exactly as `read_file` opens it, and not
 /// read where `read_file` would ask first (outside the session's directory, a
 /// credential location, …: no one is asked here), nor when it is larger than
-/// [`MAX_LINKED_BYTES`] or not UTF-8 text. The error says why.
-pub fn linked_text(ctx: &ToolContext, uri: &str) -> Result<String, String> {
+/// `room` (at most [`MAX_LINKED_BYTES`]; less when the request's other files took
+/// the rest) or not UTF-8 text. The values Steward hides (the provider's API key)
+/// are redacted from it as from what `read_file` hands back. The error says why.
+pub fn linked_text(ctx: &ToolContext, uri: &str, room: u64) -> Result<String, String> {
     let path = file_path(uri).ok_or_else(|| "it is not a file:// URI".to_string())?;
     let located = reach::locate(ctx, &path)?;
     if let Some(guard) = located.guard {
@@ -92,20 +101,48 @@ pub fn linked_text(ctx: &ToolContext, uri: &str) -> Result<String, String> {
         return Err("it does not exist".into());
     }
     let (file, meta) = open_regular(ctx, &located)?;
-    if meta.len() > MAX_LINKED_BYTES {
-        return Err(format!(
-            "it is {} bytes, more than the {MAX_LINKED_BYTES} a prompt's file may be",
-            meta.len()
-        ));
+    // `size` is `None` when the file holds more than its size said.
+    let too_large = |size: Option<u64>| {
+        let is = size.map_or("it holds more".to_string(), |n| {
+            format!("it is {n} bytes, more")
+        });
+        if room < MAX_LINKED_BYTES {
+            format!(
+                "{is} than the {room} left of the {MAX_LINKED_TOTAL} the prompts' files of one request may hold"
+            )
+        } else {
+            format!("{is} than the {MAX_LINKED_BYTES} a prompt's file may be")
+        }
+    };
+    let room = room.min(MAX_LINKED_BYTES);
+    if meta.len() > room {
+        return Err(too_large(Some(meta.len())));
     }
-    text_of(file, &located.path)
+    let text = text_of(file, &located.path, room).map_err(|e| match e {
+        TextError::Larger => too_large(None),
+        TextError::Other(e) => e,
+    })?;
+    Ok(crate::tools::scrub_secrets(text, &ctx.config.hidden_env))
 }
 
-/// The path of a `file://` URI (`file:///a%20b` is `/a b`); `None` for another
-/// scheme, a host other than `localhost`, or a bad escape.
+/// The most text the files of all the prompts one request is built from bring
+/// into it (protocol §4.20).
+pub const MAX_LINKED_TOTAL: u64 = 256 << 10;
+
+/// The path of a `file:` URI (`file:///a%20b` is `/a b`; the scheme in any case; a
+/// query or fragment, `?…` or `#…`, is not part of it); `None` for another scheme,
+/// a host other than `localhost`, or a bad escape.
 fn file_path(uri: &str) -> Option<String> {
-    let rest = uri.strip_prefix("file://")?;
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    let scheme = uri.get(..7)?;
+    if !scheme.eq_ignore_ascii_case("file://") {
+        return None;
+    }
+    let rest = &uri[7..];
+    let rest = match rest.get(..9) {
+        Some(host) if host.eq_ignore_ascii_case("localhost") => &rest[9..],
+        _ => rest,
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
     if !rest.starts_with('/') {
         return None;
     }
@@ -125,12 +162,27 @@ fn file_path(uri: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// All of `file`, as UTF-8 text.
-pub(crate) fn text_of(mut file: File, path: &Path) -> Result<String, String> {
+/// Why [`text_of`] gave no text.
+pub(crate) enum TextError {
+    /// The file holds more than the limit (it grew since its size was checked, or
+    /// its size says nothing: `/proc`).
+    Larger,
+    /// It cannot be read, or is not UTF-8 text; the message says which.
+    Other(String),
+}
+
+/// All of `file`, as UTF-8 text, when it holds at most `limit` bytes: no more than
+/// `limit + 1` is read, whatever its size said.
+pub(crate) fn text_of(file: File, path: &Path, limit: u64) -> Result<String, TextError> {
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| TextError::Other(format!("cannot read {}: {e}", path.display())))?;
+    if bytes.len() as u64 > limit {
+        return Err(TextError::Larger);
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| TextError::Other(format!("{} is not UTF-8 text", path.display())))
 }
 
 /// The preview of a write for the question: what it would change, when the file

@@ -232,12 +232,14 @@ pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<(String, Vec<Prompt
                     mime_type: r.mime_type.clone(),
                     text: Some(r.text.clone()),
                     blob: None,
+                    size: None,
                 },
                 EmbeddedResourceResource::BlobResourceContents(r) => PromptBlock::Resource {
                     uri: r.uri.clone(),
                     mime_type: r.mime_type.clone(),
                     text: None,
                     blob: Some(r.blob.clone()),
+                    size: None,
                 },
                 _ => {
                     return Err((

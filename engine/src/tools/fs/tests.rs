@@ -734,22 +734,86 @@ fn r4_20_a_prompt_s_linked_file_is_read_inside_the_session_and_refused_where_rea
     let ctx = ctx_in(&work);
     let uri = |p: &Path| format!("file://{}", p.display()).replace(' ', "%20");
     assert_eq!(
-        linked_text(&ctx, &uri(&work.join("a b.txt"))).unwrap(),
+        linked_text(&ctx, &uri(&work.join("a b.txt")), MAX_LINKED_BYTES).unwrap(),
         "inside\n"
     );
-    let outside = linked_text(&ctx, &uri(&root.path().join("outside.txt"))).unwrap_err();
+    let outside = linked_text(
+        &ctx,
+        &uri(&root.path().join("outside.txt")),
+        MAX_LINKED_BYTES,
+    )
+    .unwrap_err();
     assert!(
         outside.contains("outside the session directory"),
         "{outside}"
     );
-    let missing = linked_text(&ctx, &uri(&work.join("gone.txt"))).unwrap_err();
+    let missing = linked_text(&ctx, &uri(&work.join("gone.txt")), MAX_LINKED_BYTES).unwrap_err();
     assert!(missing.contains("does not exist"), "{missing}");
-    let big = linked_text(&ctx, &uri(&work.join("big.txt"))).unwrap_err();
+    let big = linked_text(&ctx, &uri(&work.join("big.txt")), MAX_LINKED_BYTES).unwrap_err();
     assert!(big.contains("more than the 262144"), "{big}");
-    let binary = linked_text(&ctx, &uri(&work.join("bin"))).unwrap_err();
+    let binary = linked_text(&ctx, &uri(&work.join("bin")), MAX_LINKED_BYTES).unwrap_err();
     assert!(binary.contains("not UTF-8"), "{binary}");
-    let other = linked_text(&ctx, "https://example.com/a.txt").unwrap_err();
+    let other = linked_text(&ctx, "https://example.com/a.txt", MAX_LINKED_BYTES).unwrap_err();
     assert!(other.contains("not a file:// URI"), "{other}");
+}
+
+#[test]
+fn r4_20_a_linked_file_s_uri_may_carry_a_fragment_or_query_and_any_case_of_scheme() {
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path().canonicalize().unwrap();
+    std::fs::write(work.join("a.txt"), "one\ntwo\n").unwrap();
+    let ctx = ctx_in(&work);
+    let path = work.join("a.txt").display().to_string();
+    for uri in [
+        format!("file://{path}#L1:2"),
+        format!("file://{path}?x=1"),
+        format!("file://{path}?x=1#top"),
+        format!("FILE://{path}"),
+        format!("File://LOCALHOST{path}"),
+    ] {
+        assert_eq!(
+            linked_text(&ctx, &uri, MAX_LINKED_BYTES).as_deref(),
+            Ok("one\ntwo\n"),
+            "{uri}"
+        );
+    }
+}
+
+#[test]
+fn r4_20_a_linked_file_has_the_hidden_values_redacted_as_read_file_has() {
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path().canonicalize().unwrap();
+    // A variable of this process stands for the provider's key.
+    let (name, value) = ("PATH".to_string(), std::env::var("PATH").unwrap());
+    std::fs::write(work.join(".env"), format!("key={value}\n")).unwrap();
+    let mut ctx = ctx_in(&work);
+    ctx.config.hidden_env = vec![name];
+    let uri = format!("file://{}", work.join(".env").display());
+    let text = linked_text(&ctx, &uri, MAX_LINKED_BYTES).unwrap();
+    assert_eq!(text, "key=<redacted>\n");
+}
+
+#[test]
+fn r4_20_a_linked_file_larger_than_the_room_left_is_refused_and_a_read_never_passes_its_limit() {
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path().canonicalize().unwrap();
+    std::fs::write(work.join("a.txt"), "0123456789").unwrap();
+    let ctx = ctx_in(&work);
+    let uri = format!("file://{}", work.join("a.txt").display());
+    assert_eq!(linked_text(&ctx, &uri, 10).as_deref(), Ok("0123456789"));
+    let refused = linked_text(&ctx, &uri, 9).unwrap_err();
+    assert!(
+        refused.contains("more than the 9 left of the 262144"),
+        "{refused}"
+    );
+    // Whatever the size said, no more than the limit and one byte is read.
+    let file = File::open(work.join("a.txt")).unwrap();
+    assert!(matches!(
+        text_of(file, &work.join("a.txt"), 4),
+        Err(TextError::Larger)
+    ));
+    let file = File::open(work.join("a.txt")).unwrap();
+    assert!(matches!(text_of(file, &work.join("a.txt"), 10), Ok(t) if t == "0123456789"));
 }
 
 #[test]

@@ -14,7 +14,8 @@
 //!   or may not have happened); the data directory's own name is durable only
 //!   after its parent was synced.
 //!
-//! Points: right after every sync, and random points between. Each state is opened
+//! Points: right after every sync, and random points between, sampled down to
+//! `STEWARD_POWERCUT_STATES` per workload (14 in CI). Each state is opened
 //! with the real binary — `doctor`, `recover`, `doctor` again — and must be accepted
 //! (or refused untouched, exit 3, with nothing acknowledged lost), keep every
 //! invariant, and hold everything Steward acknowledged before the point: every

@@ -154,15 +154,7 @@ fn relaunch(
     arrivals: &mpsc::Receiver<Instant>,
     hold: &AtomicBool,
 ) -> Duration {
-    while arrivals.try_recv().is_ok() {}
-    hold.store(true, Ordering::SeqCst);
-    let mut child = run_hello(data, config, work);
-    arrivals
-        .recv_timeout(Duration::from_secs(60))
-        .expect("no provider request");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    hold.store(false, Ordering::SeqCst);
+    killed_run(data, config, work, arrivals, hold);
     let start = Instant::now();
     let mut child = steward_on(data, config).arg("recover").spawn().unwrap();
     let arrived = arrivals
@@ -185,28 +177,7 @@ fn relaunch_to_text(
     hold: &AtomicBool,
 ) -> Duration {
     use std::io::{BufRead, BufReader};
-    while arrivals.try_recv().is_ok() {}
-    hold.store(true, Ordering::SeqCst);
-    let mut child = steward_on(data, config)
-        .args(["run", "--json", "--dir"])
-        .arg(work)
-        .arg("hello")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .next()
-        .expect("steward run printed nothing")
-        .unwrap();
-    let event: serde_json::Value = serde_json::from_str(&first).unwrap();
-    let session = event["session_id"].as_str().unwrap().to_string();
-    arrivals
-        .recv_timeout(Duration::from_secs(60))
-        .expect("no provider request");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    hold.store(false, Ordering::SeqCst);
+    let session = killed_run(data, config, work, arrivals, hold);
     let start = Instant::now();
     let mut child = steward_on(data, config)
         .arg("acp")
@@ -261,6 +232,40 @@ fn relaunch_to_text(
         Ok(Err(line)) => panic!("no streamed text: {line}"),
         Err(_) => panic!("no streamed text within 60 s"),
     }
+}
+
+/// On `data`: `steward run --json` killed (SIGKILL) with its provider request held
+/// in flight; returns its session.
+fn killed_run(
+    data: &Path,
+    config: &Path,
+    work: &Path,
+    arrivals: &mpsc::Receiver<Instant>,
+    hold: &AtomicBool,
+) -> String {
+    use std::io::{BufRead, BufReader};
+    while arrivals.try_recv().is_ok() {}
+    hold.store(true, Ordering::SeqCst);
+    let mut child = steward_on(data, config)
+        .args(["run", "--json", "--dir"])
+        .arg(work)
+        .arg("hello")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read while it runs: the rest of its output goes to an open pipe.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("steward run printed nothing").unwrap();
+    let event: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let drain = std::thread::spawn(move || lines.for_each(drop));
+    arrivals
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no provider request");
+    child.kill().unwrap();
+    let _ = drain.join();
+    child.wait().unwrap();
+    hold.store(false, Ordering::SeqCst);
+    event["session_id"].as_str().unwrap().to_string()
 }
 
 /// `steward run` to its first provider request.
@@ -429,76 +434,48 @@ fn main() {
         Some(("show --json, same session", s)),
         table::Limit::RatioAtMost(1.0),
     );
-    // A relaunch after kill -9 to the continuation, on the large file beside the
-    // small one (each on its copy: every run adds an interrupted session).
-    let (mut smalls, mut larges) = (Vec::new(), Vec::new());
-    relaunch(&small_copy, &config, &work, &arrivals, &hold);
-    relaunch(&large_copy, &config, &work, &arrivals, &hold);
-    for _ in 0..RUNS {
-        smalls.push(relaunch(&small_copy, &config, &work, &arrivals, &hold));
-        larges.push(relaunch(&large_copy, &config, &work, &arrivals, &hold));
-    }
-    let (s, l) = (median(smalls), median(larges));
-    println!(
-        "{:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
-        "relaunch to continuation",
-        l / s,
-        RATIO
-    );
-    table::row(
-        "large history",
-        "relaunch after kill -9 to continuation request",
-        l,
-        "ms",
-        Some(("same on 10k events", s)),
-        table::Limit::AtMostAndRatioAtMost(100.0, RATIO),
-    );
-    if l > 100.0 || l / s > RATIO {
-        failed.push(format!(
-            "relaunch to continuation: {l:.1} ms, {:.2}× the small file's",
-            l / s
-        ));
-    }
-    // The same relaunch as an editor sees it: to the continuation's first text.
-    let (mut smalls, mut larges) = (Vec::new(), Vec::new());
-    relaunch_to_text(&small_copy, &config, &work, &arrivals, &hold);
-    relaunch_to_text(&large_copy, &config, &work, &arrivals, &hold);
-    for _ in 0..RUNS {
-        smalls.push(relaunch_to_text(
-            &small_copy,
-            &config,
-            &work,
-            &arrivals,
-            &hold,
-        ));
-        larges.push(relaunch_to_text(
-            &large_copy,
-            &config,
-            &work,
-            &arrivals,
-            &hold,
-        ));
-    }
-    let (s, l) = (median(smalls), median(larges));
-    println!(
-        "{:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
-        "relaunch to first text (acp)",
-        l / s,
-        RATIO
-    );
-    table::row(
-        "large history",
-        "relaunch after kill -9 to first streamed text (acp)",
-        l,
-        "ms",
-        Some(("same on 10k events", s)),
-        table::Limit::AtMostAndRatioAtMost(100.0, RATIO),
-    );
-    if l > 100.0 || l / s > RATIO {
-        failed.push(format!(
-            "relaunch to first streamed text: {l:.1} ms, {:.2}× the small file's",
-            l / s
-        ));
+    // A relaunch after kill -9, on the large file beside the small one (each on its
+    // copy: every run adds an interrupted session): to the continuation's provider
+    // request, and as an editor sees it, to the continuation's first text.
+    type Relaunch = fn(&Path, &Path, &Path, &mpsc::Receiver<Instant>, &AtomicBool) -> Duration;
+    let relaunches: [(&str, &str, Relaunch); 2] = [
+        (
+            "relaunch to continuation",
+            "relaunch after kill -9 to continuation request",
+            relaunch,
+        ),
+        (
+            "relaunch to first text (acp)",
+            "relaunch after kill -9 to first streamed text (acp)",
+            relaunch_to_text,
+        ),
+    ];
+    for (short, what, measure) in relaunches {
+        let run = |data: &Path| measure(data, &config, &work, &arrivals, &hold);
+        run(&small_copy);
+        run(&large_copy);
+        let (mut smalls, mut larges) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            smalls.push(run(&small_copy));
+            larges.push(run(&large_copy));
+        }
+        let (s, l) = (median(smalls), median(larges));
+        println!(
+            "{short:<32} {s:>12.1} {l:>12.1} {:>8.2} {:>8.1}",
+            l / s,
+            RATIO
+        );
+        table::row(
+            "large history",
+            what,
+            l,
+            "ms",
+            Some(("same on 10k events", s)),
+            table::Limit::AtMostAndRatioAtMost(100.0, RATIO),
+        );
+        if l > 100.0 || l / s > RATIO {
+            failed.push(format!("{what}: {l:.1} ms, {:.2}× the small file's", l / s));
+        }
     }
     if !failed.is_empty() {
         eprintln!("over the limit: {}", failed.join("; "));

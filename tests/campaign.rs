@@ -684,10 +684,27 @@ fn holding(dir: &std::path::Path) -> Vec<i32> {
     out
 }
 
+/// `STEWARD_TORTURE_SHARD` as `i/n`: this process takes the runs whose number is
+/// `i` modulo `n`, so `n` processes with one seed share a long run between them.
+fn shard() -> (usize, usize) {
+    let Ok(text) = std::env::var("STEWARD_TORTURE_SHARD") else {
+        return (0, 1);
+    };
+    let parsed = text
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+    match parsed {
+        Some((i, n)) if i < n => (i, n),
+        _ => panic!("STEWARD_TORTURE_SHARD={text}: expected i/n with i < n"),
+    }
+}
+
 /// Seeded SIGKILLs at random instants of a two-prompt workload, through `steward
 /// run`, the terminal interface and ACP in turn. `STEWARD_TORTURE_RUNS` (default
-/// 30) and `STEWARD_TORTURE_SEED` replay or lengthen it; progress goes to stderr
-/// every 100 runs, and a failing run is named (seed and run) as it fails.
+/// 30) and `STEWARD_TORTURE_SEED` replay or lengthen it, `STEWARD_TORTURE_SHARD`
+/// splits it; each run's instants come from the seed and its number alone, so a
+/// failing run (named with seed and run as it fails) replays in any shard.
+/// Progress goes to stderr every 100 runs.
 #[test]
 fn campaign_random_sigkill_torture() {
     let seed = seed("STEWARD_TORTURE_SEED");
@@ -695,12 +712,20 @@ fn campaign_random_sigkill_torture() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
-    eprintln!("torture: seed {seed}, {runs} runs");
+    let (shard, shards) = shard();
+    let name = if shards == 1 {
+        "torture".to_string()
+    } else {
+        format!("torture shard {shard}/{shards}")
+    };
+    eprintln!("{name}: seed {seed}, {runs} runs");
     let started = Instant::now();
-    let mut rng = Rng(seed);
     let mut tally = Tally::default();
     let mut acknowledged_per_front: BTreeMap<String, usize> = BTreeMap::new();
-    for run in 0..runs {
+    let mut done = 0;
+    for run in (shard..runs).step_by(shards) {
+        let mut rng = Rng((seed ^ (run as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1);
+        rng.next();
         let front = [Front::Run, Front::Tui, Front::Acp][run % 3];
         let scenario = Scenario::new(format!("seed {seed} run {run} ({front:?})"), SCRIPT);
         if !matches!(front, Front::Run) {
@@ -737,18 +762,18 @@ fn campaign_random_sigkill_torture() {
         for failure in &tally.failed[failed_before..] {
             eprintln!("torture FAILED (seed {seed} run {run}): {failure}");
         }
-        if (run + 1) % 100 == 0 {
+        done += 1;
+        if done % 100 == 0 {
             eprintln!(
-                "torture: {} of {runs} runs, {} failed checks, {:.0} s",
-                run + 1,
+                "{name}: {done} runs (last {run} of {runs}), {} failed checks, {:.0} s",
                 tally.failed.len(),
                 started.elapsed().as_secs_f64()
             );
         }
     }
     eprintln!(
-        "torture: {runs} runs in {:.0} s; prompts acknowledged before a kill: {acknowledged_per_front:?}",
+        "{name}: {done} runs in {:.0} s; prompts acknowledged before a kill: {acknowledged_per_front:?}",
         started.elapsed().as_secs_f64()
     );
-    tally.finish("torture");
+    tally.finish(&name);
 }

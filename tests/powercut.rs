@@ -14,6 +14,15 @@
 //!   or may not have happened); the data directory's own name is durable only
 //!   after its parent was synced.
 //!
+//! An acknowledgement counts from the moment Steward wrote it: the recorder logs
+//! every write to the acknowledging process's standard output (a `run --json` line,
+//! an ACP response, the bytes that draw the terminal's screen) in the same order as
+//! the file operations, and the rig finds the write that carried each one — the
+//! line, the `end_turn` response, the first frame whose screen shows the answer.
+//! Every operation before that write must have been made durable by it. A state
+//! with a write-ahead log may also get a stale `-shm` index of random bytes, as a
+//! cut leaves the index that was never synced.
+//!
 //! Points: right after every sync, and random points between, sampled down to
 //! `STEWARD_POWERCUT_STATES` per workload (14 in CI). Each state is opened
 //! with the real binary — `doctor`, `recover`, `doctor` again — and must be accepted
@@ -52,7 +61,7 @@ fn shim() -> &'static Path {
         let temp = dir.join(format!("steward-powercut-shim.so.{}", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let built = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
             .arg(&temp)
             .arg(source)
             .arg("-ldl")
@@ -68,16 +77,39 @@ fn shim() -> &'static Path {
 /// directory is `data`).
 #[derive(Clone, Debug)]
 enum Op {
-    Write { ino: u64, off: u64, bytes: Vec<u8> },
-    Truncate { ino: u64, size: u64 },
-    Sync { ino: u64 },
+    Write {
+        ino: u64,
+        off: u64,
+        bytes: Vec<u8>,
+    },
+    Truncate {
+        ino: u64,
+        size: u64,
+    },
+    Sync {
+        ino: u64,
+    },
     DirSync(String),
-    Create { ino: u64, path: String },
+    Create {
+        ino: u64,
+        path: String,
+    },
     Mkdir(String),
     Link(String, String),
     Rename(String, String),
     Unlink(String),
     Rmdir(String),
+    /// Write number `n` of process `pid` to its standard output begins.
+    Output {
+        pid: u32,
+        n: u64,
+    },
+    /// ... and carried these bytes.
+    Carried {
+        pid: u32,
+        n: u64,
+        bytes: Vec<u8>,
+    },
 }
 
 impl Op {
@@ -117,6 +149,71 @@ enum Ack {
     Reconciled,
 }
 
+/// How an acknowledgement shows in the standard output of the process that made it.
+#[derive(Clone, Debug)]
+enum Shown {
+    /// These bytes (a `run --json` line, a recovery report).
+    Bytes(Vec<u8>),
+    /// An ACP response to the request with this id, ending the turn.
+    EndTurn(Value),
+    /// The terminal's screen shows this text.
+    Screen(String),
+}
+
+/// One process's standard output as the recorder logged it.
+struct Stream {
+    bytes: Vec<u8>,
+    screen: vt100::Parser,
+    /// Where each write began in the log: the operations before it are durable
+    /// by the time its bytes can be read.
+    begun: BTreeMap<u64, usize>,
+}
+
+impl Stream {
+    fn new() -> Stream {
+        Stream {
+            bytes: Vec::new(),
+            screen: vt100::Parser::new(
+                std::num::NonZeroU16::new(crate::tui::ROWS).unwrap(),
+                std::num::NonZeroU16::new(crate::tui::COLS).unwrap(),
+                0,
+            ),
+            begun: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `shown` appears once the bytes from `before` on were added.
+    fn shows(&self, shown: &Shown, before: usize) -> bool {
+        match shown {
+            Shown::Bytes(needle) => self.bytes[before.saturating_sub(needle.len())..]
+                .windows(needle.len().max(1))
+                .any(|w| w == needle.as_slice()),
+            Shown::EndTurn(id) => {
+                let start = self.bytes[..before]
+                    .iter()
+                    .rposition(|b| *b == b'\n')
+                    .map_or(0, |i| i + 1);
+                self.bytes[start..]
+                    .split_inclusive(|b| *b == b'\n')
+                    .filter(|line| line.ends_with(b"\n"))
+                    .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+                    .any(|m| {
+                        m["id"] == *id
+                            && m.get("method").is_none()
+                            && m["result"]["stopReason"] == "end_turn"
+                    })
+            }
+            Shown::Screen(text) => self
+                .screen
+                .screen()
+                .rows(0, crate::tui::COLS)
+                .collect::<Vec<_>>()
+                .join("\n")
+                .contains(text.as_str()),
+        }
+    }
+}
+
 /// A workload run under the recorder.
 struct Recording {
     name: &'static str,
@@ -125,7 +222,8 @@ struct Recording {
     /// The data directory's files before the workload (taken as durable).
     baseline: Vec<(String, u64, Vec<u8>)>,
     baseline_dirs: Vec<String>,
-    acks: Vec<(usize, Ack)>,
+    /// What each process acknowledged, as its output shows it.
+    shown: Vec<(u32, Shown, Ack)>,
 }
 
 impl Recording {
@@ -166,7 +264,7 @@ impl Recording {
             log,
             baseline,
             baseline_dirs,
-            acks: Vec::new(),
+            shown: Vec::new(),
         }
     }
 
@@ -184,9 +282,56 @@ impl Recording {
             .unwrap_or(0)
     }
 
-    fn acknowledge(&mut self, ack: Ack) {
-        let n = self.ops_now();
-        self.acks.push((n, ack));
+    /// Process `pid` acknowledged `ack` by writing what `shown` describes.
+    fn acknowledge(&mut self, pid: u32, shown: Shown, ack: Ack) {
+        self.shown.push((pid, shown, ack));
+    }
+
+    /// Each acknowledgement with the number of operations logged before the write
+    /// that carried it. Panics when the log holds no such write: the test saw what
+    /// the recorder did not.
+    fn acks(&self, ops: &[Op]) -> Vec<(usize, Ack)> {
+        let mut streams: BTreeMap<u32, Stream> = BTreeMap::new();
+        let mut found: Vec<Option<usize>> = vec![None; self.shown.len()];
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::Output { pid, n } => {
+                    streams
+                        .entry(*pid)
+                        .or_insert_with(Stream::new)
+                        .begun
+                        .insert(*n, i);
+                }
+                Op::Carried { pid, n, bytes } => {
+                    let Some(stream) = streams.get_mut(pid) else {
+                        continue;
+                    };
+                    let begun = stream.begun[n];
+                    let before = stream.bytes.len();
+                    stream.bytes.extend_from_slice(bytes);
+                    stream.screen.process(bytes);
+                    for (k, (of, shown, _)) in self.shown.iter().enumerate() {
+                        if of == pid && found[k].is_none() && stream.shows(shown, before) {
+                            found[k] = Some(begun);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.shown
+            .iter()
+            .zip(found)
+            .map(|((pid, shown, ack), at)| {
+                let at = at.unwrap_or_else(|| {
+                    panic!(
+                        "{}: process {pid} acknowledged {ack:?} ({shown:?}) but its output in the log never shows it",
+                        self.name
+                    )
+                });
+                (at, ack.clone())
+            })
+            .collect()
     }
 
     /// `steward run --json --yes`, each event line acknowledged as it is read;
@@ -200,17 +345,23 @@ impl Recording {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
         let mut session = String::new();
         for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-            let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let line = line.unwrap();
+            let event: Value = serde_json::from_str(&line).unwrap();
             if let (Some(s), Some(seq)) = (event["session_id"].as_str(), event["seq"].as_i64()) {
                 session = s.to_string();
-                self.acknowledge(Ack::Event {
-                    session: s.to_string(),
-                    seq,
-                    kind: event["type"].as_str().unwrap().to_string(),
-                    data: event["data"].clone(),
-                });
+                self.acknowledge(
+                    pid,
+                    Shown::Bytes(format!("{line}\n").into_bytes()),
+                    Ack::Event {
+                        session: s.to_string(),
+                        seq,
+                        kind: event["type"].as_str().unwrap().to_string(),
+                        data: event["data"].clone(),
+                    },
+                );
             }
         }
         let output = child.wait_with_output().unwrap();
@@ -224,7 +375,11 @@ impl Recording {
     }
 
     fn ops(&self) -> Vec<Op> {
-        let top = self.env.root.path().display().to_string();
+        // The recorder logs paths resolved through symlinks.
+        let top = std::fs::canonicalize(self.env.root.path())
+            .unwrap()
+            .display()
+            .to_string();
         let root = format!("{top}/");
         let rel = |p: &str| {
             if p == top {
@@ -239,16 +394,37 @@ impl Recording {
                 let f: Vec<&str> = line.split('\t').collect();
                 let num = |i: usize| f[i].parse::<u64>().unwrap();
                 match f[0] {
+                    "O" => Op::Output {
+                        pid: num(1) as u32,
+                        n: num(2),
+                    },
+                    "P" => Op::Carried {
+                        pid: num(1) as u32,
+                        n: num(2),
+                        bytes: unhex(f[3]).expect("output bytes in hex"),
+                    },
                     "W" => Op::Write {
                         ino: num(1),
                         off: num(2),
                         bytes: unhex(f[3]).unwrap_or_else(|| {
+                            let fields: Vec<String> = f
+                                .iter()
+                                .map(|x| {
+                                    format!(
+                                        "{} bytes {:.60}…{}",
+                                        x.len(),
+                                        x,
+                                        &x[x.len().saturating_sub(60)..]
+                                    )
+                                })
+                                .collect();
+                            let _ = std::fs::copy(
+                                &self.log,
+                                std::env::temp_dir().join("steward-powercut-bad.log"),
+                            );
                             panic!(
-                                "{}: a write's bytes in the log are not hex ({} fields, {} bytes): {:.200}",
+                                "{}: a write's bytes in the log are not hex: {fields:#?}",
                                 self.name,
-                                f.len(),
-                                line.len(),
-                                line
                             )
                         }),
                     },
@@ -452,6 +628,7 @@ impl Model {
                 let (dir, name) = split(path);
                 self.name(&dir, NameOp::Remove(name));
             }
+            Op::Output { .. } | Op::Carried { .. } => {}
         }
     }
 
@@ -522,11 +699,20 @@ impl Model {
 
     /// Writes the state a cut could leave under `root` (only the data directory's
     /// name is taken from the root's own entries).
-    fn materialize(&self, root: &Path, rng: &mut Rng) {
+    /// Returns whether it placed a stale index.
+    fn materialize(&self, root: &Path, rng: &mut Rng) -> bool {
         let top = self.cut_dir("", rng);
         if top.get("data") == Some(&Node::Dir) {
             self.build("data", &root.join("data"), rng);
+            // The index is never synced: a cut leaves whatever reached the disk.
+            let wal = root.join("data/steward.db-wal");
+            if wal.exists() && rng.below(2) == 0 {
+                let stale: Vec<u8> = (0..32 * 1024).map(|_| rng.below(256) as u8).collect();
+                std::fs::write(root.join("data/steward.db-shm"), stale).unwrap();
+                return true;
+            }
         }
+        false
     }
 
     fn build(&self, rel: &str, at: &Path, rng: &mut Rng) {
@@ -576,9 +762,11 @@ impl Checker {
             .unwrap()
     }
 
-    /// Opens a state with the real binary; every failure found.
-    fn check(&self, env: &Env, due: &[&Ack]) -> Vec<String> {
+    /// Opens a state with the real binary; every failure found. `seen` is told how
+    /// the state was met and how many acknowledgements were found in it.
+    fn check(&self, env: &Env, due: &[&Ack], seen: &mut Seen) -> Vec<String> {
         let mut failed = Vec::new();
+        seen.outcome = Outcome::Opened;
         let files = || -> BTreeMap<String, Vec<u8>> {
             crate::support::snapshot(&env.data)
                 .into_iter()
@@ -597,6 +785,7 @@ impl Checker {
             // nothing and says so; nothing can have been acknowledged yet, and the
             // recovery pass next creates the file.
             1 if !env.db().exists() => {
+                seen.outcome = Outcome::NoDatabase;
                 if files() != before {
                     failed.push("doctor on a missing database changed the files".to_string());
                 }
@@ -609,6 +798,7 @@ impl Checker {
                 }
             }
             3 => {
+                seen.outcome = Outcome::Refused;
                 if files() != before {
                     failed.push("refused (exit 3) but the files changed".to_string());
                 }
@@ -623,6 +813,7 @@ impl Checker {
                 return failed;
             }
             other => {
+                seen.outcome = Outcome::Failed;
                 failed.push(format!(
                     "doctor exited {other}: {}{}",
                     stdout(&doctor),
@@ -633,12 +824,14 @@ impl Checker {
         }
         if due.iter().any(|a| matches!(a, Ack::Reconciled)) {
             let inspect = self.steward(env, &["inspect", "--json"]);
-            let seen: Value = serde_json::from_str(&stdout(&inspect)).unwrap_or(Value::Null);
-            if seen["claims"] != json!([]) {
+            let seen_now: Value = serde_json::from_str(&stdout(&inspect)).unwrap_or(Value::Null);
+            if seen_now["claims"] != json!([]) {
                 failed.push(format!(
                     "a reported recovery pass is undone: {}",
-                    seen["claims"]
+                    seen_now["claims"]
                 ));
+            } else {
+                seen.verified += 1;
             }
         }
         let recover = self.steward(env, &["recover", "--json"]);
@@ -688,7 +881,9 @@ impl Checker {
                     let same = stored.as_ref().is_some_and(|(t, d)| {
                         t == kind && serde_json::from_str::<Value>(d).ok().as_ref() == Some(data)
                     });
-                    if !same {
+                    if same {
+                        seen.verified += 1;
+                    } else {
                         failed.push(format!(
                             "acknowledged event {session}#{seq} {kind} is {stored:?}"
                         ));
@@ -703,7 +898,9 @@ impl Checker {
                         "SELECT count(*) FROM event WHERE type = 'step.text' AND instr(json_extract(data, '$.text'), ?1) > 0",
                         answer,
                     );
-                    if prompts != 1 || answers < 1 {
+                    if prompts == 1 && answers >= 1 {
+                        seen.verified += 1;
+                    } else {
                         failed.push(format!(
                             "acknowledged turn {prompt:?}: admitted {prompts} times, answer {answer:?} {answers} times"
                         ));
@@ -716,18 +913,57 @@ impl Checker {
     }
 }
 
+/// How the real binary met a state.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Outcome {
+    /// Opened (recovered, doctor content after).
+    #[default]
+    Opened,
+    /// Refused, exit 3, files untouched, nothing acknowledged due.
+    Refused,
+    /// Cut before the database was linked into place: nothing due, and the
+    /// recovery pass created it.
+    NoDatabase,
+    /// `doctor` exited otherwise.
+    Failed,
+}
+
+/// What one state's check saw.
+#[derive(Default)]
+struct Seen {
+    outcome: Outcome,
+    /// Acknowledgements found in the state as Steward reported them.
+    verified: usize,
+}
+
 /// Tally of one rig run.
 #[derive(Default)]
 struct Figures {
     generated: usize,
     checked: usize,
+    opened: usize,
+    refused: usize,
+    no_database: usize,
+    /// Acknowledgements found, summed over the states.
+    verified: usize,
+    /// Stale `-shm` indexes placed beside a log.
+    stale_index: usize,
     failed: Vec<String>,
     per_workload: BTreeMap<&'static str, (usize, usize, usize)>,
 }
 
-/// Cut points for a log of `ops`: after every sync, random points between, and the
-/// end; `budget` of them at most (seeded choice).
-fn points(ops: &[Op], budget: usize, rng: &mut Rng) -> Vec<usize> {
+/// Cut points for a log of `ops`: right before each acknowledgement was written
+/// (`acked`; everything it depends on must be durable there), after every sync,
+/// random points between, and the end; `budget` of them at most (seeded choice,
+/// up to half of them acknowledgement points).
+fn points(ops: &[Op], acked: &[usize], budget: usize, rng: &mut Rng) -> Vec<usize> {
+    let mut acked: Vec<usize> = acked.to_vec();
+    acked.sort_unstable();
+    acked.dedup();
+    while acked.len() > budget / 2 {
+        let drop = rng.below(acked.len() as u64) as usize;
+        acked.remove(drop);
+    }
     let mut all: Vec<usize> = ops
         .iter()
         .enumerate()
@@ -741,10 +977,13 @@ fn points(ops: &[Op], budget: usize, rng: &mut Rng) -> Vec<usize> {
     all.push(ops.len());
     all.sort_unstable();
     all.dedup();
-    while all.len() > budget {
+    all.retain(|p| !acked.contains(p));
+    while all.len() + acked.len() > budget && all.len() > 1 {
         let drop = rng.below(all.len() as u64 - 1) as usize;
         all.remove(drop);
     }
+    all.extend(acked);
+    all.sort_unstable();
     all
 }
 
@@ -756,8 +995,10 @@ fn cut_and_check(
     figures: &mut Figures,
 ) {
     let ops = rec.ops();
+    let acks = rec.acks(&ops);
     let mut rng = Rng(seed ^ (rec.name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let points = points(&ops, budget, &mut rng);
+    let acked: Vec<usize> = acks.iter().map(|(at, _)| *at).collect();
+    let points = points(&ops, &acked, budget, &mut rng);
     // Every point once, then again with other random subsets while the budget lasts.
     let jobs: Vec<(usize, u64)> = points
         .iter()
@@ -780,14 +1021,14 @@ fn cut_and_check(
                         model.apply(op);
                     }
                     let env = Env::new();
-                    model.materialize(env.root.path(), &mut Rng(state_seed));
-                    let due: Vec<&Ack> = rec
-                        .acks
+                    let stale = model.materialize(env.root.path(), &mut Rng(state_seed));
+                    let due: Vec<&Ack> = acks
                         .iter()
                         .filter(|(n, _)| *n <= point)
                         .map(|(_, a)| a)
                         .collect();
-                    let failures = checker.check(&env, &due);
+                    let mut seen = Seen::default();
+                    let failures = checker.check(&env, &due, &mut seen);
                     if !failures.is_empty()
                         && let Some(keep) = std::env::var_os("STEWARD_POWERCUT_KEEP")
                     {
@@ -796,7 +1037,10 @@ fn cut_and_check(
                         let _ = std::fs::create_dir_all(&dir);
                         model.materialize(&dir, &mut Rng(state_seed));
                     }
-                    results.lock().unwrap().push((point, state_seed, failures));
+                    results
+                        .lock()
+                        .unwrap()
+                        .push((point, state_seed, stale, seen, failures));
                 }
             });
         }
@@ -805,9 +1049,17 @@ fn cut_and_check(
     let entry = figures.per_workload.entry(rec.name).or_default();
     entry.0 = ops.len();
     entry.1 += results.len();
-    for (point, state_seed, failures) in results {
+    for (point, state_seed, stale, seen, failures) in results {
         figures.generated += 1;
         figures.checked += 1;
+        figures.verified += seen.verified;
+        figures.stale_index += usize::from(stale);
+        match seen.outcome {
+            Outcome::Opened => figures.opened += 1,
+            Outcome::Refused => figures.refused += 1,
+            Outcome::NoDatabase => figures.no_database += 1,
+            Outcome::Failed => {}
+        }
         if !failures.is_empty() {
             entry.2 += 1;
         }
@@ -903,10 +1155,14 @@ fn an_acp_turn() -> Recording {
             json!({"sessionId": session, "prompt": [{"type": "text", "text": prompt}]}),
         );
         assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
-        rec.acknowledge(Ack::Turn {
-            prompt: prompt.into(),
-            answer: answer.into(),
-        });
+        rec.acknowledge(
+            client.pid(),
+            Shown::EndTurn(done["id"].clone()),
+            Ack::Turn {
+                prompt: prompt.into(),
+                answer: answer.into(),
+            },
+        );
     }
     assert!(client.close().success());
     rec
@@ -944,10 +1200,14 @@ fn tui_turns() -> Recording {
     for (prompt, shown, answer) in turns {
         tui.keys(&format!("{prompt}\r"));
         tui.expect(shown, limit);
-        rec.acknowledge(Ack::Turn {
-            prompt: prompt.into(),
-            answer: answer.into(),
-        });
+        rec.acknowledge(
+            tui.child.id(),
+            Shown::Screen(shown.into()),
+            Ack::Turn {
+                prompt: prompt.into(),
+                answer: answer.into(),
+            },
+        );
     }
     tui.keys("\t");
     tui.keys("q");
@@ -983,9 +1243,21 @@ fn a_recovery_pass() -> Recording {
     rec.record(&mut cmd)
         .env("STEWARD_RECOVERY_BATCH", "100")
         .args(["--script", &script, "recover", "--json"]);
-    let output = cmd.output().unwrap();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
-    rec.acknowledge(Ack::Reconciled);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["recovered"].as_array().map(Vec::len),
+        Some(150),
+        "{report}"
+    );
+    rec.acknowledge(pid, Shown::Bytes(output.stdout), Ack::Reconciled);
     rec
 }
 
@@ -1041,7 +1313,7 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         let rec = workload();
         assert!(rec.ops_now() > 0, "{}: nothing was recorded", rec.name);
         assert!(
-            !rec.acks.is_empty(),
+            !rec.shown.is_empty(),
             "{}: nothing was acknowledged",
             rec.name
         );
@@ -1052,14 +1324,25 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         eprintln!("  {name}: {ops} operations recorded, {states} states, {bad} failed");
     }
     let line = format!(
-        "powercut: {} states generated, {} checked, {} failed, {:.1} s (seed {seed})",
+        "powercut: {} states generated, {} checked ({} opened, {} refused untouched, {} cut before the database existed; {} with a stale index), {} failed, {} acknowledgements found in them, {:.1} s (seed {seed})",
         figures.generated,
         figures.checked,
+        figures.opened,
+        figures.refused,
+        figures.no_database,
+        figures.stale_index,
         figures.failed.len(),
+        figures.verified,
         elapsed.as_secs_f64()
     );
     eprintln!("{line}");
     crate::campaign::summary_line("powercut", &line);
+    // A rig whose states never open, or never owe an acknowledgement, proves nothing.
+    assert!(
+        figures.opened > 0 && figures.verified > 0,
+        "{line}\n{}",
+        figures.failed.join("\n")
+    );
     assert!(
         figures.failed.is_empty(),
         "{line}\n{}",

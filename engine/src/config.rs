@@ -191,7 +191,18 @@ pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), Strin
             .and_then(|()| file.sync_all())
             .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
         std::fs::rename(&temp, &target)
-            .map_err(|e| format!("cannot replace {}: {e}", target.display()))
+            .map_err(|e| format!("cannot replace {}: {e}", target.display()))?;
+        // The new name reaches the disk with its directory: without this a power
+        // cut could bring back the file as it was before the choice was saved.
+        match target.parent() {
+            Some(dir) => crate::store::sync_dir(if dir.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                dir
+            })
+            .map_err(|e| format!("cannot sync {}: {e}", dir.display())),
+            None => Ok(()),
+        }
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);

@@ -949,7 +949,21 @@ struct Figures {
     /// Stale `-shm` indexes placed beside a log.
     stale_index: usize,
     failed: Vec<String>,
-    per_workload: BTreeMap<&'static str, (usize, usize, usize)>,
+    per_workload: BTreeMap<&'static str, PerWorkload>,
+}
+
+/// One workload's figures.
+#[derive(Default)]
+struct PerWorkload {
+    ops: usize,
+    syncs: usize,
+    /// Distinct cut points tried, and of them right after a sync, and right before
+    /// an acknowledgement.
+    points: usize,
+    at_syncs: usize,
+    before_acks: usize,
+    states: usize,
+    failed: usize,
 }
 
 /// Cut points for a log of `ops`: right before each acknowledgement was written
@@ -1047,8 +1061,15 @@ fn cut_and_check(
     });
     let results = results.into_inner().unwrap();
     let entry = figures.per_workload.entry(rec.name).or_default();
-    entry.0 = ops.len();
-    entry.1 += results.len();
+    entry.ops = ops.len();
+    entry.syncs = ops.iter().filter(|op| op.is_sync()).count();
+    entry.points = points.len();
+    entry.at_syncs = points
+        .iter()
+        .filter(|p| **p > 0 && ops[**p - 1].is_sync())
+        .count();
+    entry.before_acks = points.iter().filter(|p| acked.contains(p)).count();
+    entry.states += results.len();
     for (point, state_seed, stale, seen, failures) in results {
         figures.generated += 1;
         figures.checked += 1;
@@ -1061,7 +1082,7 @@ fn cut_and_check(
             Outcome::Failed => {}
         }
         if !failures.is_empty() {
-            entry.2 += 1;
+            entry.failed += 1;
         }
         for f in failures {
             figures.failed.push(format!(
@@ -1320,8 +1341,11 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         cut_and_check(&rec, budget, seed, &checker, &mut figures);
     }
     let elapsed = started.elapsed();
-    for (name, (ops, states, bad)) in &figures.per_workload {
-        eprintln!("  {name}: {ops} operations recorded, {states} states, {bad} failed");
+    for (name, w) in &figures.per_workload {
+        eprintln!(
+            "  {name}: {} operations recorded ({} syncs); {} cut points ({} right after a sync, {} right before an acknowledgement), {} states, {} failed",
+            w.ops, w.syncs, w.points, w.at_syncs, w.before_acks, w.states, w.failed
+        );
     }
     let line = format!(
         "powercut: {} states generated, {} checked ({} opened, {} refused untouched, {} cut before the database existed; {} with a stale index), {} failed, {} acknowledgements found in them, {:.1} s (seed {seed})",

@@ -143,10 +143,95 @@ enum Ack {
         kind: String,
         data: Value,
     },
-    /// An ACP `end_turn`: the prompt admitted once, and its answer's text.
-    Turn { prompt: String, answer: String },
-    /// A recovery pass's report: nothing left to reconcile.
+    /// An ACP `end_turn` or a turn's answer on the terminal: the prompt admitted
+    /// once, and its answer's text; every event of the turn up to `through` is
+    /// required too (as [`Ack::Event`]s, taken from the final database).
+    Turn {
+        prompt: String,
+        answer: String,
+        through: Through,
+    },
+    /// A recovery pass's report: no claim and no wake left (and every event the
+    /// final database holds, as [`Ack::Event`]s).
     Reconciled,
+    /// A row of `schema_migration` in the file before the workload: the older file
+    /// was migrated in place, not replaced.
+    Migration {
+        id: String,
+        checksum: String,
+        time_applied: i64,
+    },
+}
+
+/// How far into its turn an acknowledgement vouches for the events.
+#[derive(Clone, Copy, Debug)]
+enum Through {
+    /// The answer's text (the terminal shows committed events only).
+    Answer,
+    /// The turn's last `step.ended` (an ACP `end_turn`).
+    End,
+}
+
+/// Every event in the database at `db`, in order: (session, seq, type, data).
+fn events_in(db: &Path) -> Vec<(String, i64, String, Value)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT aggregate_id, seq, type, data FROM event ORDER BY aggregate_id, seq")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let data: String = r.get(3)?;
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            serde_json::from_str(&data).unwrap_or(Value::Null),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// The events of the session that admitted `prompt`, from its first through the
+/// point of that turn `through` names.
+fn turn_events<'a>(
+    events: &'a [(String, i64, String, Value)],
+    prompt: &str,
+    answer: &str,
+    through: Through,
+) -> Option<Vec<&'a (String, i64, String, Value)>> {
+    let admitted = events
+        .iter()
+        .find(|(_, _, kind, data)| kind == "input.admitted" && data["prompt"] == prompt)?;
+    let (session, from) = (&admitted.0, admitted.1);
+    let of: Vec<_> = events.iter().filter(|e| &e.0 == session).collect();
+    let until = of
+        .iter()
+        .find(|e| e.1 > from && e.2 == "input.admitted")
+        .map_or(i64::MAX, |e| e.1);
+    let mut within = of.iter().filter(|e| e.1 > from && e.1 < until);
+    let end = match through {
+        Through::Answer => {
+            within
+                .find(|e| {
+                    e.2 == "step.text" && e.3["text"].as_str().is_some_and(|t| t.contains(answer))
+                })?
+                .1
+        }
+        Through::End => within.filter(|e| e.2 == "step.ended").map(|e| e.1).max()?,
+    };
+    Some(of.into_iter().filter(|e| e.1 <= end).collect())
+}
+
+fn event_ack((session, seq, kind, data): &(String, i64, String, Value)) -> Ack {
+    Ack::Event {
+        session: session.clone(),
+        seq: *seq,
+        kind: kind.clone(),
+        data: data.clone(),
+    }
 }
 
 /// How an acknowledgement shows in the standard output of the process that made it.
@@ -222,6 +307,9 @@ struct Recording {
     /// The data directory's files before the workload (taken as durable).
     baseline: Vec<(String, u64, Vec<u8>)>,
     baseline_dirs: Vec<String>,
+    /// What the file held before the workload: due at every point (its events and
+    /// migration rows).
+    baseline_acks: Vec<Ack>,
     /// What each process acknowledged, as its output shows it.
     shown: Vec<(u32, Shown, Ack)>,
 }
@@ -229,6 +317,30 @@ struct Recording {
 impl Recording {
     fn new(name: &'static str, env: Env) -> Recording {
         let log = env.root.path().join("powercut.log");
+        // Read before the files are taken: a reader may leave an empty log beside
+        // the database, which then belongs to the baseline too.
+        let mut baseline_acks = Vec::new();
+        if env.db().exists() {
+            baseline_acks.extend(events_in(&env.db()).iter().map(event_ack));
+            let conn = rusqlite::Connection::open_with_flags(
+                env.db(),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            let mut stmt = conn
+                .prepare("SELECT id, checksum, time_applied FROM schema_migration")
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(Ack::Migration {
+                        id: r.get(0)?,
+                        checksum: r.get(1)?,
+                        time_applied: r.get(2)?,
+                    })
+                })
+                .unwrap();
+            baseline_acks.extend(rows.map(Result::unwrap));
+        }
         let mut baseline = Vec::new();
         let mut baseline_dirs = Vec::new();
         fn walk(
@@ -264,6 +376,7 @@ impl Recording {
             log,
             baseline,
             baseline_dirs,
+            baseline_acks,
             shown: Vec::new(),
         }
     }
@@ -319,19 +432,33 @@ impl Recording {
                 _ => {}
             }
         }
-        self.shown
-            .iter()
-            .zip(found)
-            .map(|((pid, shown, ack), at)| {
-                let at = at.unwrap_or_else(|| {
-                    panic!(
-                        "{}: process {pid} acknowledged {ack:?} ({shown:?}) but its output in the log never shows it",
-                        self.name
-                    )
-                });
-                (at, ack.clone())
-            })
-            .collect()
+        let mut acks: Vec<(usize, Ack)> =
+            self.baseline_acks.iter().map(|a| (0, a.clone())).collect();
+        let last = events_in(&self.env.db());
+        for ((pid, shown, ack), at) in self.shown.iter().zip(found) {
+            let at = at.unwrap_or_else(|| {
+                panic!(
+                    "{}: process {pid} acknowledged {ack:?} ({shown:?}) but its output in the log never shows it",
+                    self.name
+                )
+            });
+            match ack {
+                Ack::Turn {
+                    prompt,
+                    answer,
+                    through,
+                } => {
+                    let turn = turn_events(&last, prompt, answer, *through).unwrap_or_else(|| {
+                        panic!("{}: the final database has no turn {prompt:?}", self.name)
+                    });
+                    acks.extend(turn.into_iter().map(|e| (at, event_ack(e))));
+                }
+                Ack::Reconciled => acks.extend(last.iter().map(|e| (at, event_ack(e)))),
+                _ => {}
+            }
+            acks.push((at, ack.clone()));
+        }
+        acks
     }
 
     /// `steward run --json --yes`, each event line acknowledged as it is read;
@@ -800,6 +927,7 @@ impl Checker {
             3 => {
                 seen.outcome = Outcome::Refused;
                 if files() != before {
+                    seen.outcome = Outcome::Failed;
                     failed.push("refused (exit 3) but the files changed".to_string());
                 }
                 if !due.is_empty() {
@@ -825,10 +953,10 @@ impl Checker {
         if due.iter().any(|a| matches!(a, Ack::Reconciled)) {
             let inspect = self.steward(env, &["inspect", "--json"]);
             let seen_now: Value = serde_json::from_str(&stdout(&inspect)).unwrap_or(Value::Null);
-            if seen_now["claims"] != json!([]) {
+            if seen_now["claims"] != json!([]) || seen_now["wakes"] != json!([]) {
                 failed.push(format!(
-                    "a reported recovery pass is undone: {}",
-                    seen_now["claims"]
+                    "a reported recovery pass is undone: claims {}, wakes {}",
+                    seen_now["claims"], seen_now["wakes"]
                 ));
             } else {
                 seen.verified += 1;
@@ -863,6 +991,10 @@ impl Checker {
         let count = |sql: &str, text: &str| -> i64 {
             conn.query_row(sql, [text], |r| r.get(0)).unwrap_or(-1)
         };
+        let stored: BTreeMap<(String, i64), (String, Value)> = events_in(&env.db())
+            .into_iter()
+            .map(|(session, seq, kind, data)| ((session, seq), (kind, data)))
+            .collect();
         for ack in due {
             match ack {
                 Ack::Event {
@@ -871,16 +1003,8 @@ impl Checker {
                     kind,
                     data,
                 } => {
-                    let stored: Option<(String, String)> = conn
-                        .query_row(
-                            "SELECT type, data FROM event WHERE aggregate_id = ?1 AND seq = ?2",
-                            rusqlite::params![session, seq],
-                            |r| Ok((r.get(0)?, r.get(1)?)),
-                        )
-                        .ok();
-                    let same = stored.as_ref().is_some_and(|(t, d)| {
-                        t == kind && serde_json::from_str::<Value>(d).ok().as_ref() == Some(data)
-                    });
+                    let stored = stored.get(&(session.clone(), *seq));
+                    let same = stored.is_some_and(|(t, d)| t == kind && d == data);
                     if same {
                         seen.verified += 1;
                     } else {
@@ -889,7 +1013,7 @@ impl Checker {
                         ));
                     }
                 }
-                Ack::Turn { prompt, answer } => {
+                Ack::Turn { prompt, answer, .. } => {
                     let prompts = count(
                         "SELECT count(*) FROM event WHERE type = 'input.admitted' AND json_extract(data, '$.prompt') = ?1",
                         prompt,
@@ -907,6 +1031,26 @@ impl Checker {
                     }
                 }
                 Ack::Reconciled => {}
+                Ack::Migration {
+                    id,
+                    checksum,
+                    time_applied,
+                } => {
+                    let row: Option<(String, i64)> = conn
+                        .query_row(
+                            "SELECT checksum, time_applied FROM schema_migration WHERE id = ?1",
+                            [id],
+                            |r| Ok((r.get(0)?, r.get(1)?)),
+                        )
+                        .ok();
+                    if row.as_ref() == Some(&(checksum.clone(), *time_applied)) {
+                        seen.verified += 1;
+                    } else {
+                        failed.push(format!(
+                            "the older file's migration {id} (applied at {time_applied}) is {row:?}: the file was replaced, not migrated"
+                        ));
+                    }
+                }
             }
         }
         failed
@@ -940,7 +1084,6 @@ struct Seen {
 #[derive(Default)]
 struct Figures {
     generated: usize,
-    checked: usize,
     opened: usize,
     refused: usize,
     no_database: usize,
@@ -1046,9 +1189,11 @@ fn cut_and_check(
                     if !failures.is_empty()
                         && let Some(keep) = std::env::var_os("STEWARD_POWERCUT_KEEP")
                     {
-                        // The failing state, as the cut left it, for a look by hand.
+                        // The failing state, as the cut left it, and the recording,
+                        // for a look by hand.
                         let dir = Path::new(&keep).join(format!("{point}-{state_seed}"));
                         let _ = std::fs::create_dir_all(&dir);
+                        let _ = std::fs::copy(&rec.log, dir.join("operations.log"));
                         model.materialize(&dir, &mut Rng(state_seed));
                     }
                     results
@@ -1072,7 +1217,7 @@ fn cut_and_check(
     entry.states += results.len();
     for (point, state_seed, stale, seen, failures) in results {
         figures.generated += 1;
-        figures.checked += 1;
+
         figures.verified += seen.verified;
         figures.stale_index += usize::from(stale);
         match seen.outcome {
@@ -1182,6 +1327,7 @@ fn an_acp_turn() -> Recording {
             Ack::Turn {
                 prompt: prompt.into(),
                 answer: answer.into(),
+                through: Through::End,
             },
         );
     }
@@ -1227,6 +1373,7 @@ fn tui_turns() -> Recording {
             Ack::Turn {
                 prompt: prompt.into(),
                 answer: answer.into(),
+                through: Through::Answer,
             },
         );
     }
@@ -1295,7 +1442,17 @@ fn a_migration() -> Recording {
     assert!(older.status.success(), "{}", stderr(&older));
     let script = write(&env, "script.toml", "[[step]]\ntext = [\"Migrated.\"]\n");
     let mut rec = Recording::new("migration of an older file", env);
+    assert_eq!(
+        rec.baseline_acks.len(),
+        1,
+        "the older file holds one migration"
+    );
     rec.run_json(&["--script", &script, "--dir", &work], "after the upgrade");
+    let conn = rusqlite::Connection::open(rec.env.db()).unwrap();
+    let applied: i64 = conn
+        .query_row("SELECT count(*) FROM schema_migration", [], |r| r.get(0))
+        .unwrap();
+    assert!(applied > 1, "the run migrated nothing");
     rec
 }
 
@@ -1348,9 +1505,8 @@ fn powercut_every_acknowledged_event_survives_a_cut_at_any_write() {
         );
     }
     let line = format!(
-        "powercut: {} states generated, {} checked ({} opened, {} refused untouched, {} cut before the database existed; {} with a stale index), {} failed, {} acknowledgements found in them, {:.1} s (seed {seed})",
+        "powercut: {} states generated and checked ({} opened, {} refused untouched, {} cut before the database existed; {} with a stale index), {} failed, {} acknowledgements found in them, {:.1} s (seed {seed})",
         figures.generated,
-        figures.checked,
         figures.opened,
         figures.refused,
         figures.no_database,

@@ -537,6 +537,47 @@ fn r2_3_a_page_damaged_after_a_kill_fails_the_command_that_reads_it_and_doctor_e
     assert_eq!(report["failed"], "integrity", "{report}");
 }
 
+/// A damaged file that opens without its whole-file check (its last owner killed on
+/// this very file) is explained by `doctor` and left as it was: the database and its
+/// log byte for byte, the log still there for a salvage. A read-write connection's
+/// close would have copied the log into the damaged file and removed it, though the
+/// refusal says doctor wrote nothing.
+#[test]
+fn r2_3_doctor_on_a_damaged_file_that_opened_leaves_the_file_and_its_log_untouched() {
+    let env = Env::new();
+    let (_, page_size, root) = three_turns(&env);
+    let mut acp = running_acp(&env);
+    signal(acp.id(), "KILL");
+    acp.wait().unwrap();
+    damage_page(&env.db(), page_size, root);
+    let wal = env.data.join("steward.db-wal");
+    assert!(
+        std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0),
+        "the killed process left no log to keep"
+    );
+    let before = (
+        std::fs::read(env.db()).unwrap(),
+        std::fs::read(&wal).unwrap(),
+    );
+    for args in [&["doctor"][..], &["doctor", "--json"]] {
+        let doctor = env.run(args);
+        assert_eq!(code(&doctor), 3, "{}{}", stdout(&doctor), stderr(&doctor));
+        assert!(
+            stdout(&doctor).contains("doctor wrote nothing"),
+            "{}",
+            stdout(&doctor)
+        );
+        let after = (
+            std::fs::read(env.db()).unwrap(),
+            std::fs::read(&wal).unwrap_or_default(),
+        );
+        assert!(
+            after == before,
+            "doctor {args:?} changed the database or its log"
+        );
+    }
+}
+
 /// A config file named by `--config` or `STEWARD_CONFIG` must exist (a typo must not
 /// silently run with defaults); the default location missing means defaults.
 #[test]

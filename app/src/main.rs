@@ -238,6 +238,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // Nothing to check, and nothing created: the doctor only reads.
         return commands::doctor::no_database(&paths, json);
     }
+    if let Some(Command::Doctor { json }) = cli.command
+        && let Some(damaged) = commands::doctor::look_first(&paths, json)
+    {
+        return damaged;
+    }
     let store = match open_store(&paths, clock.as_ref()) {
         Err(error) if matches!(cli.command, Some(Command::Doctor { .. })) => {
             let Some(Command::Doctor { json }) = cli.command else {
@@ -336,7 +341,7 @@ fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result
     if !paths.data_dir.exists() {
         // Its name synced into its parent: a power cut must not take the directory,
         // and the database in it, away after a commit (protocol §2.9).
-        steward_engine::store::create_data_dir(&paths.data_dir).with_context(|| {
+        steward_engine::store::create_dir_synced(&paths.data_dir).with_context(|| {
             format!("cannot create data directory {}", paths.data_dir.display())
         })?;
     }

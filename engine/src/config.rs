@@ -169,8 +169,10 @@ pub fn save_allowed_tool(path: &std::path::Path, tool: &str) -> Result<(), Strin
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
     let edited = with_allowed_tool(&text, tool)?;
-    if let Some(dir) = target.parent() {
-        std::fs::create_dir_all(dir)
+    if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        crate::store::create_dir_synced(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let temp = target.with_extension(format!("toml.saving-{}", std::process::id()));

@@ -37,9 +37,18 @@ pub struct ReplayMismatch {
     pub detail: String,
 }
 
+/// The first finding of `PRAGMA quick_check` on `conn`: `"ok"` for a sound file.
+pub fn quick_check(conn: &Connection) -> Result<String> {
+    Ok(conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?)
+}
+
 /// Runs every check on `conn` (read-only) at `now_ms`.
 pub fn check(conn: &Connection, now_ms: i64) -> Result<DoctorReport> {
-    let quick_check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    check_after(conn, now_ms, quick_check(conn)?)
+}
+
+/// [`check`] of a file whose `PRAGMA quick_check` already found `quick_check`.
+pub fn check_after(conn: &Connection, now_ms: i64, quick_check: String) -> Result<DoctorReport> {
     if quick_check != "ok" {
         // A damaged file is explained by its diagnosis (`diagnosis::diagnose`):
         // counting and replaying it would stop at the first bad page.

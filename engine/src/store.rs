@@ -53,7 +53,13 @@ impl Store {
     pub fn open_with(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<Store> {
         match open::preflight(path, known)? {
             Preflight::Absent => create(path, known, clock)?,
-            Preflight::EmptyDatabase | Preflight::Steward { .. } => {}
+            Preflight::EmptyDatabase | Preflight::Steward { .. } => {
+                // A build a power cut interrupted after its link was synced, or a
+                // process that died mid-creation while another linked first.
+                if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+                    remove_stale_temporaries(dir, &name.to_string_lossy());
+                }
+            }
         }
         let mut conn = open_read_write(path)?;
         migrate_or_refuse(&mut conn, path, known, clock)?;
@@ -242,14 +248,19 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
     let linked = std::fs::hard_link(&temp, path);
     let _ = std::fs::remove_file(&temp);
     match linked {
-        Ok(()) => sync_dir(dir).map_err(|e| access(dir, e.to_string())),
+        Ok(()) => {}
         // Another process linked its own first: it may have died before syncing
         // the name, and this one is about to commit into that file.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            sync_dir(dir).map_err(|e| access(dir, e.to_string()))
-        }
-        Err(e) => Err(access(path, e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(access(path, e.to_string())),
     }
+    sync_dir(dir).map_err(|e| access(dir, e.to_string()))?;
+    // The directory's own name, too: the process that created it may have died
+    // before its sync (`create_dir_synced`), and this one found it already there.
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent).map_err(|e| access(parent, e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Makes the names in `dir` durable: the entries created, linked, renamed or
@@ -259,10 +270,10 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Creates the data directory `dir` (mode `0700`, with any missing parents) so
-/// that it survives a power cut: the parent of every directory created is synced,
+/// Creates the directory `dir` — the data directory, the config file's — (mode
+/// `0700`, with any missing parents) so that it survives a power cut: the parent of every directory created is synced,
 /// deepest last (protocol §2.9). An existing directory is left as it is.
-pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_dir_synced(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     let mut missing = Vec::new();
     let mut at = Some(dir);

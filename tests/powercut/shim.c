@@ -30,8 +30,16 @@
  * response, the terminal's screen): its O record is written before the bytes
  * reach the reader, so every operation logged before it completed before the
  * acknowledgement could be seen. The watched path is resolved through symlinks,
- * as /proc/self/fd reports the paths it is compared with. sync_file_range is not a
- * durability barrier and is not recorded as a sync. */
+ * as /proc/self/fd reports the paths it is compared with, and so is the directory
+ * of every path a call names. sync_file_range is not a durability barrier and is
+ * not recorded as a sync.
+ *
+ * Not wrapped, because nothing Steward or SQLite runs calls them on the data
+ * directory (a recorded run's strace matches its log): truncate(path),
+ * copy_file_range, sendfile, symlink, mknod, O_TMPFILE, hole punching, syncfs/sync,
+ * and raw system calls that bypass libc. A standard-output write blocked on a
+ * reader that never reads would hold the exit (see above); every workload reads
+ * its process's output to the end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -138,6 +146,20 @@ static void absolute(int dirfd, const char *path, char *out) {
     snprintf(out, PATH_MAX, "%s/%s", base, path);
 }
 
+/* `absolute`, with its directory resolved through symlinks as the watched path is
+ * (the name itself is kept: it may not exist yet, or be the link being made). */
+static void resolved(int dirfd, const char *path, char *out) {
+    char abs[PATH_MAX], dir[PATH_MAX];
+    absolute(dirfd, path, abs);
+    size_t n = strlen(abs);
+    while (n > 1 && abs[n - 1] == '/') abs[--n] = 0;
+    char *slash = strrchr(abs, '/');
+    if (!slash || slash == abs) { snprintf(out, PATH_MAX, "%s", abs); return; }
+    *slash = 0;
+    if (realpath(abs, dir)) snprintf(out, PATH_MAX, "%s/%s", strcmp(dir, "/") ? dir : "", slash + 1);
+    else { *slash = '/'; snprintf(out, PATH_MAX, "%s", abs); }
+}
+
 static int watched(const char *abs) {
     if (log_fd < 0) return 0;
     if (strncmp(abs, watch, watch_len) != 0) return 0;
@@ -210,7 +232,7 @@ static int do_open(const char *sym, int at, int dirfd, const char *path, int fla
     char abs[PATH_MAX];
     int watch_it = 0, existed = 1;
     if (log_fd >= 0) {
-        absolute(at ? dirfd : AT_FDCWD, path, abs);
+        resolved(at ? dirfd : AT_FDCWD, path, abs);
         watch_it = watched(abs);
         if (watch_it && (flags & O_CREAT)) {
             struct stat st;
@@ -450,10 +472,11 @@ int ftruncate64(int fd, off_t len) { return do_ftruncate("ftruncate64", fd, len)
 
 static int do_sync(const char *sym, int fd) {
     int (*real)(int) = dlsym(RTLD_NEXT, sym);
+    char path[PATH_MAX];
+    if (!(fd_path(fd, path) && (watched(path) || strcmp(path, watch_parent) == 0))) return real(fd);
     int held = step_begin();
     int r = real(fd);
-    char path[PATH_MAX];
-    if (r == 0 && fd_path(fd, path)) {
+    if (r == 0) {
         struct stat st;
         int saved = errno;
         if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -471,9 +494,9 @@ int fdatasync(int fd) { return do_sync("fdatasync", fd); }
 
 static void name_op(char op, int d1, const char *a, int d2, const char *b) {
     char x[PATH_MAX], y[PATH_MAX];
-    absolute(d1, a, x);
+    resolved(d1, a, x);
     if (b) {
-        absolute(d2, b, y);
+        resolved(d2, b, y);
         if (watched(x) || watched(y)) record("%c\t%s\t%s\n", op, x, y);
     } else if (watched(x)) {
         record("%c\t%s\n", op, x);

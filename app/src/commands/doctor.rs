@@ -62,18 +62,39 @@ fn check_servers(config: &steward_engine::config::Config) -> Result<Vec<ServerCh
     }))
 }
 
+/// The whole-file check, on a read-only connection, before anything opens the file
+/// for writing: a damaged file is explained (exit 3) and left byte for byte as it
+/// was — a read-write connection would copy its log into it when it closed, and
+/// remove the log, the one thing a salvage needs (protocol §2.3). `None` when the
+/// file is sound (the quick_check's "ok" is not run twice) or cannot be read this
+/// way (opening it explains why).
+pub fn look_first(paths: &Paths, json: bool) -> Option<Result<ExitCode>> {
+    let conn = steward_engine::store::open::open_read_only(&paths.database).ok()?;
+    let found = match doctor::quick_check(&conn) {
+        Ok(found) if found == "ok" => return None,
+        Ok(found) => found,
+        Err(e) if e.is_damage() => e.to_string(),
+        Err(_) => return None,
+    };
+    drop(conn);
+    Some(explain_damage(&paths.database, &found, json))
+}
+
 pub fn run(
     store: &Store,
     now_ms: i64,
     json: bool,
     config: &steward_engine::config::Config,
 ) -> Result<ExitCode> {
-    let report = match doctor::check(store.conn(), now_ms) {
-        Ok(report) if report.quick_check == "ok" => report,
-        // The file opened without its whole-file check (protocol §2.3) and is
-        // damaged: explained as a refusal is.
-        Ok(report) => return explain_damage(store, &report.quick_check, json),
-        Err(e) if e.is_damage() => return explain_damage(store, &e.to_string(), json),
+    // `look_first` found the file sound.
+    let report = match doctor::check_after(store.conn(), now_ms, "ok".into()) {
+        Ok(report) => report,
+        Err(e) if e.is_damage() => {
+            let Some(path) = store.path() else {
+                anyhow::bail!("the database is damaged: {e}");
+            };
+            return explain_damage(path, &e.to_string(), json);
+        }
         Err(e) => return Err(e.into()),
     };
     let servers = check_servers(config)?;
@@ -190,10 +211,7 @@ pub fn explain_refusal(paths: &Paths, error: anyhow::Error, json: bool) -> Resul
 }
 
 /// Explains a damaged file that opened (exit 3, as a refusal).
-fn explain_damage(store: &Store, found: &str, json: bool) -> Result<ExitCode> {
-    let Some(path) = store.path() else {
-        anyhow::bail!("the database is damaged: {found}");
-    };
+fn explain_damage(path: &std::path::Path, found: &str, json: bool) -> Result<ExitCode> {
     let found = found.split_whitespace().collect::<Vec<_>>().join(" ");
     let reason = format!("the file fails PRAGMA quick_check: {found}");
     let d = diagnosis::diagnose(path, &reason, MIGRATIONS);

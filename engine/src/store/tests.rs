@@ -761,16 +761,41 @@ fn r2_3_the_whole_file_check_runs_only_where_a_power_cut_or_a_copy_may_have_torn
 fn r2_9_the_data_directory_is_created_private_with_its_missing_parents() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("a/b/steward");
-    create_data_dir(&dir).unwrap();
+    create_dir_synced(&dir).unwrap();
     for d in [root.path().join("a"), root.path().join("a/b"), dir.clone()] {
         let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{}", d.display());
     }
     // An existing directory is left as it is, and syncs.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
-    create_data_dir(&dir).unwrap();
+    create_dir_synced(&dir).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o750);
     sync_dir(&dir).unwrap();
     assert!(sync_dir(&root.path().join("missing")).is_err());
+}
+
+/// A temporary a build left behind — a power cut after its link was synced, or a
+/// process that died while another linked first — is removed by the next open, not
+/// only by the next creation; one whose process still runs is left (protocol §2.9).
+#[test]
+fn r2_9_a_dead_builds_temporary_is_removed_when_the_database_is_next_opened() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("steward.db");
+    drop(Store::open(&path, &clock()).unwrap());
+    // No process has this pid (above the kernel's limit); this process is alive.
+    let dead = root.path().join(".steward.db.creating-4294967");
+    let dead_log = root.path().join(".steward.db.creating-4294967-wal");
+    let alive = root
+        .path()
+        .join(format!(".steward.db.creating-{}", std::process::id()));
+    for file in [&dead, &dead_log, &alive] {
+        std::fs::write(file, b"half built").unwrap();
+    }
+    drop(Store::open(&path, &clock()).unwrap());
+    assert!(
+        !dead.exists() && !dead_log.exists(),
+        "the dead build's files stayed"
+    );
+    assert!(alive.exists(), "a running build's file was removed");
 }

@@ -414,3 +414,89 @@ fn r5_3_a_crash_after_promoting_the_next_input_leaves_the_finished_answer_alone(
         "Answering the late prompt."
     );
 }
+
+/// `steward recover` leaves no wake it made itself: a claim that expires while the
+/// sessions it woke still run is taken by its background pass, and that wake is
+/// continued before the report too (protocol §5.7). Here session A's owner is dead
+/// (recovered by the first pass, continued slowly) while B's owner is stopped, not
+/// dead: its claim is skipped by the first pass and expires during A's continuation.
+#[test]
+fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    std::fs::create_dir_all(&env.data).unwrap();
+    // Each step streams for about 2.8 s: longer than B's 1.5 s lease.
+    let script = write_script(
+        &env,
+        "slow.toml",
+        &"[[step]]\ntext = [\"a \", \"b \", \"c \", \"d\"]\ndelay_ms = 700\n".repeat(8),
+    );
+    let config = env.root.path().join("config.toml");
+    std::fs::write(&config, "[lease]\nlease_ms = 1500\n").unwrap();
+    let model = Path::new(&script)
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let fixture = std::process::Command::new(crate::support::helper_bin())
+        .args([
+            "interrupted",
+            env.data.to_str().unwrap(),
+            "1",
+            &work,
+            &model,
+        ])
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(fixture.status.success(), "{}", stderr(&fixture));
+    let steward = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["--script", &script])
+            .args(args);
+        cmd
+    };
+    let inspect = || -> Value {
+        let out = steward(&["inspect", "--json"]).output().unwrap();
+        serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null)
+    };
+    // B's launch reconciles A (its owner is dead); A's wake waits for `recover`.
+    let mut b = steward(&["run", "--yes", "--dir", &work, "B's prompt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let holds = |seen: &Value| {
+        let Some(owner) = seen["owners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["pid"] == b.id())
+        else {
+            return false;
+        };
+        seen["claims"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["owner_id"] == owner["id"] && c["state"] == "live")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || holds(&inspect())),
+        "B never claimed its session: {}",
+        inspect()
+    );
+    signal(b.id(), "STOP");
+    let recover = steward(&["recover", "--json"]).output().unwrap();
+    signal(b.id(), "KILL");
+    b.wait().unwrap();
+    assert_eq!(code(&recover), 0, "{}", stderr(&recover));
+    let report: Value = serde_json::from_str(&stdout(&recover)).unwrap();
+    assert_eq!(report["wakes"]["redriven"], 2, "{report}");
+    let after = steward(&["inspect", "--json"]).output().unwrap();
+    let seen: Value = serde_json::from_str(&stdout(&after)).unwrap();
+    assert_eq!(seen["wakes"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["claims"], serde_json::json!([]), "{seen}");
+}

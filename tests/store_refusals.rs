@@ -622,3 +622,35 @@ fn doctor_on_a_missing_data_directory_creates_nothing() {
     assert_eq!(json["ok"], false);
     assert!(!env.data.exists());
 }
+
+/// `doctor` runs the whole-file check in the same look before opening every command
+/// runs, so a file that is no database, or a truncated one, is refused by `doctor` in
+/// the very words every other command uses (protocol §2.3).
+#[test]
+fn r2_3_doctor_refuses_a_file_in_the_words_every_command_uses() {
+    let env = Env::new();
+    let (_, page_size, _) = three_turns(&env);
+    let whole = std::fs::read(env.db()).unwrap();
+    let cases: [(&str, Vec<u8>); 2] = [
+        ("not a database", b"notes, not a database at all".repeat(8)),
+        (
+            "truncated",
+            whole[..(page_size as usize * 2).min(whole.len() - 1)].to_vec(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        std::fs::write(env.db(), &bytes).unwrap();
+        let sessions = env.run(&["sessions"]);
+        assert_eq!(code(&sessions), 3, "{what}: {}", stderr(&sessions));
+        let doctor = env.run(&["doctor", "--json"]);
+        assert_eq!(code(&doctor), 3, "{what}: {}", stderr(&doctor));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&doctor)).unwrap();
+        let refusal = report["refusal"].as_str().unwrap();
+        assert!(
+            stderr(&sessions).contains(refusal),
+            "{what}: doctor says {refusal:?}, sessions says {}",
+            stderr(&sessions)
+        );
+        assert_eq!(std::fs::read(env.db()).unwrap(), bytes, "{what}: changed");
+    }
+}

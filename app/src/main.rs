@@ -238,12 +238,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
         // Nothing to check, and nothing created: the doctor only reads.
         return commands::doctor::no_database(&paths, json);
     }
-    if let Some(Command::Doctor { json }) = cli.command
-        && let Some(damaged) = commands::doctor::look_first(&paths, json)
-    {
-        return damaged;
-    }
-    let store = match open_store(&paths, clock.as_ref()) {
+    // The doctor runs the whole-file check in the look before opening, so a damaged
+    // file is explained without ever being opened for writing (protocol §2.3).
+    let whole = match cli.command {
+        Some(Command::Doctor { json }) => {
+            use steward_engine::store::open::{WholeFile, preflight_with};
+            if let Err(e) = preflight_with(
+                &paths.database,
+                steward_engine::store::migrate::MIGRATIONS,
+                WholeFile::Always,
+            ) {
+                return commands::doctor::explain_refusal(&paths, e.into(), json);
+            }
+            steward_engine::store::open::WholeFile::Done
+        }
+        _ => steward_engine::store::open::WholeFile::IfDue,
+    };
+    let store = match open_store(&paths, clock.as_ref(), whole) {
         Err(error) if matches!(cli.command, Some(Command::Doctor { .. })) => {
             let Some(Command::Doctor { json }) = cli.command else {
                 unreachable!()
@@ -337,7 +348,11 @@ fn load_config(paths: &Paths, cli: &Cli) -> Result<Config> {
 
 /// Opens (creating and migrating when absent) the database. A data directory
 /// Steward creates is private to the user (`0700`): it holds transcripts.
-fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result<Store> {
+fn open_store(
+    paths: &Paths,
+    clock: &dyn steward_engine::clock::Clock,
+    whole: steward_engine::store::open::WholeFile,
+) -> Result<Store> {
     if !paths.data_dir.exists() {
         // Its name synced into its parent: a power cut must not take the directory,
         // and the database in it, away after a commit (protocol §2.9).
@@ -345,5 +360,10 @@ fn open_store(paths: &Paths, clock: &dyn steward_engine::clock::Clock) -> Result
             format!("cannot create data directory {}", paths.data_dir.display())
         })?;
     }
-    Ok(Store::open(&paths.database, clock)?)
+    Ok(Store::open_checked(
+        &paths.database,
+        steward_engine::store::migrate::MIGRATIONS,
+        clock,
+        whole,
+    )?)
 }

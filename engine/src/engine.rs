@@ -337,6 +337,18 @@ impl Engine {
         }
     }
 
+    /// Stops what [`Engine::start_background`] started, after the pass in flight.
+    pub async fn stop_background(&self) {
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(background) = background {
+            background.stop().await;
+        }
+    }
+
     /// This engine's owner id (`own_…`).
     pub fn owner_id(&self) -> &str {
         &self.owner.id
@@ -825,14 +837,7 @@ impl Engine {
         {
             return Ok(Vec::new());
         }
-        let background = self
-            .background
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(background) = background {
-            background.stop().await;
-        }
+        self.stop_background().await;
         let stopped = self.coordinator.stop_all();
         self.coordinator.wait_all_idle().await;
         // Nothing runs any more: the MCP servers go, each with its grace.

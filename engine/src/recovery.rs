@@ -252,6 +252,23 @@ pub struct RecoveryReport {
     pub duration_ms: u64,
 }
 
+impl RecoveryReport {
+    /// Adds what a later pass of the same process did: its rows join these; what it
+    /// still left to a live owner replaces what the earlier pass left.
+    pub fn absorb(&mut self, later: RecoveryReport) {
+        self.scanned += later.scanned;
+        self.recovered.extend(later.recovered);
+        self.discarded_safe += later.discarded_safe;
+        self.discarded_empty += later.discarded_empty;
+        self.superseded += later.superseded;
+        self.skipped_live = later.skipped_live;
+        self.quarantined.extend(later.quarantined);
+        self.batches += later.batches;
+        self.dead_owners.extend(later.dead_owners);
+        self.duration_ms += later.duration_ms;
+    }
+}
+
 /// Where a pass stands between batches.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cursor {

@@ -51,13 +51,26 @@ impl Store {
 
     /// [`Store::open`] with an explicit migration list (tests of upgrades).
     pub fn open_with(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<Store> {
-        match open::preflight(path, known)? {
+        Store::open_checked(path, known, clock, open::WholeFile::IfDue)
+    }
+
+    /// [`Store::open_with`], the look before opening running its whole-file check as
+    /// `whole` says: `steward doctor` runs it first, with
+    /// [`open::preflight_with`] and [`open::WholeFile::Always`], then opens with
+    /// [`open::WholeFile::Done`].
+    pub fn open_checked(
+        path: &Path,
+        known: &[Migration],
+        clock: &dyn Clock,
+        whole: open::WholeFile,
+    ) -> Result<Store> {
+        match open::preflight_with(path, known, whole)? {
             Preflight::Absent => create(path, known, clock)?,
             Preflight::EmptyDatabase | Preflight::Steward { .. } => {
                 // A build a power cut interrupted after its link was synced, or a
                 // process that died mid-creation while another linked first.
                 if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-                    remove_stale_temporaries(dir, &name.to_string_lossy());
+                    remove_stale_temporaries(dir, &name.to_string_lossy(), STALE_TEMPORARY);
                 }
             }
         }
@@ -220,7 +233,7 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         .ok_or_else(|| access(path, "the path has no file name"))?
         .to_string_lossy()
         .into_owned();
-    remove_stale_temporaries(dir, &name);
+    remove_stale_temporaries(dir, &name, std::time::Duration::ZERO);
     let temp = dir.join(format!(".{name}.creating-{}", std::process::id()));
     let _ = std::fs::remove_file(&temp);
     // Created `0600` before SQLite opens it: its `-wal`/`-shm` take the same mode.
@@ -230,7 +243,7 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         .mode(0o600)
         .open(&temp)
         .map_err(|e| access(&temp, e.to_string()))?;
-    {
+    let built = (|| {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -241,7 +254,19 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         })?;
         migrate_or_refuse(&mut conn, path, known, clock)?;
         // Closing the last connection checkpoints and removes the temporary WAL.
-        conn.close().map_err(|(_, e)| classify(&temp, e))?;
+        conn.close().map_err(|(_, e)| classify(&temp, e))
+    })();
+    if let Err(e) = built {
+        // A build that failed leaves nothing behind (its connection is closed).
+        for leftover in [
+            temp.clone(),
+            open::sidecar(&temp, "-wal"),
+            open::sidecar(&temp, "-shm"),
+            open::sidecar(&temp, "-journal"),
+        ] {
+            let _ = std::fs::remove_file(leftover);
+        }
+        return Err(e);
     }
     // SQLite synced the temporary file when it closed; the link is only a name
     // until its directory is synced (protocol §2.9).
@@ -255,10 +280,16 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         Err(e) => return Err(access(path, e.to_string())),
     }
     sync_dir(dir).map_err(|e| access(dir, e.to_string()))?;
-    // The directory's own name, too: the process that created it may have died
-    // before its sync (`create_dir_synced`), and this one found it already there.
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+    // The directory's own name, too, and its parents' as far as this user may open
+    // them: the process that created them may have died before its syncs
+    // (`create_dir_synced`), and this one found them already there.
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut ancestors = absolute.ancestors().skip(1);
+    if let Some(parent) = ancestors.next() {
         sync_dir(parent).map_err(|e| access(parent, e.to_string()))?;
+    }
+    for ancestor in ancestors {
+        let _ = sync_dir(ancestor);
     }
     Ok(())
 }
@@ -322,8 +353,15 @@ fn current_uid() -> u32 {
     }
 }
 
-/// Removes `.<name>.creating-<pid>` files (and their sidecars) left by a process that died mid-creation.
-fn remove_stale_temporaries(dir: &Path, name: &str) {
+/// How old a build's temporary must be before an open (not a creation, which would
+/// build beside it) counts it as left behind: a builder in another pid namespace
+/// (or hidden by `/proc`'s `hidepid`) looks dead while it works.
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes `.<name>.creating-<pid>` files (and their sidecars) left by a process
+/// that died mid-creation: its pid no longer runs and the file is at least
+/// `min_age` old.
+fn remove_stale_temporaries(dir: &Path, name: &str, min_age: std::time::Duration) {
     // Only where `/proc` answers "is this pid alive?"; elsewhere leftovers stay.
     if !Path::new("/proc/self").exists() {
         return;
@@ -341,7 +379,11 @@ fn remove_stale_temporaries(dir: &Path, name: &str) {
         else {
             continue;
         };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= min_age));
+        if old && pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -418,6 +418,9 @@ static off_t size_of(int fd) {
 }
 int fallocate(int fd, int mode, off_t off, off_t len) {
     int (*real)(int, int, off_t, off_t) = dlsym(RTLD_NEXT, "fallocate");
+    char path[PATH_MAX];
+    struct stat st;
+    if (!watched_file(fd, path, &st)) return real(fd, mode, off, len);
     int held = step_begin();
     off_t before = size_of(fd);
     int r = real(fd, mode, off, len);
@@ -427,6 +430,9 @@ int fallocate(int fd, int mode, off_t off, off_t len) {
 }
 int fallocate64(int fd, int mode, off_t off, off_t len) {
     int (*real)(int, int, off_t, off_t) = dlsym(RTLD_NEXT, "fallocate64");
+    char path[PATH_MAX];
+    struct stat st;
+    if (!watched_file(fd, path, &st)) return real(fd, mode, off, len);
     int held = step_begin();
     off_t before = size_of(fd);
     int r = real(fd, mode, off, len);
@@ -436,6 +442,9 @@ int fallocate64(int fd, int mode, off_t off, off_t len) {
 }
 int posix_fallocate(int fd, off_t off, off_t len) {
     int (*real)(int, off_t, off_t) = dlsym(RTLD_NEXT, "posix_fallocate");
+    char path[PATH_MAX];
+    struct stat st;
+    if (!watched_file(fd, path, &st)) return real(fd, off, len);
     int held = step_begin();
     off_t before = size_of(fd);
     int r = real(fd, off, len);
@@ -445,6 +454,9 @@ int posix_fallocate(int fd, off_t off, off_t len) {
 }
 int posix_fallocate64(int fd, off_t off, off_t len) {
     int (*real)(int, off_t, off_t) = dlsym(RTLD_NEXT, "posix_fallocate64");
+    char path[PATH_MAX];
+    struct stat st;
+    if (!watched_file(fd, path, &st)) return real(fd, off, len);
     int held = step_begin();
     off_t before = size_of(fd);
     int r = real(fd, off, len);
@@ -492,21 +504,27 @@ static int do_sync(const char *sym, int fd) {
 int fsync(int fd) { return do_sync("fsync", fd); }
 int fdatasync(int fd) { return do_sync("fdatasync", fd); }
 
-static void name_op(char op, int d1, const char *a, int d2, const char *b) {
-    char x[PATH_MAX], y[PATH_MAX];
-    resolved(d1, a, x);
-    if (b) {
-        resolved(d2, b, y);
-        if (watched(x) || watched(y)) record("%c\t%s\t%s\n", op, x, y);
-    } else if (watched(x)) {
-        record("%c\t%s\n", op, x);
-    }
-}
-
+/* A name operation: its paths resolved before the call (the step is taken only when
+ * one is watched), its record written when it succeeded. */
 #define NAME_OP(call, op, d1, a, d2, b) \
-    int held = step_begin(); int r = call; \
-    if (r == 0 && log_fd >= 0) { int saved = errno; name_op(op, d1, a, d2, b); errno = saved; } \
-    step_end(held); return r;
+    init(); \
+    char x_[PATH_MAX], y_[PATH_MAX]; \
+    const char *b_ = (b); \
+    int watch_ = 0; \
+    if (log_fd >= 0) { \
+        resolved(d1, a, x_); \
+        if (b_) resolved(d2, b_, y_); \
+        watch_ = watched(x_) || (b_ && watched(y_)); \
+    } \
+    int held = watch_ ? step_begin() : 0; \
+    int r = call; \
+    if (r == 0 && watch_) { \
+        int saved = errno; \
+        if (b_) record("%c\t%s\t%s\n", op, x_, y_); else record("%c\t%s\n", op, x_); \
+        errno = saved; \
+    } \
+    step_end(held); \
+    return r;
 
 int link(const char *a, const char *b) {
     int (*real)(const char *, const char *) = dlsym(RTLD_NEXT, "link");

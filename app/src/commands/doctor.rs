@@ -62,31 +62,15 @@ fn check_servers(config: &steward_engine::config::Config) -> Result<Vec<ServerCh
     }))
 }
 
-/// The whole-file check, on a read-only connection, before anything opens the file
-/// for writing: a damaged file is explained (exit 3) and left byte for byte as it
-/// was — a read-write connection would copy its log into it when it closed, and
-/// remove the log, the one thing a salvage needs (protocol §2.3). `None` when the
-/// file is sound (the quick_check's "ok" is not run twice) or cannot be read this
-/// way (opening it explains why).
-pub fn look_first(paths: &Paths, json: bool) -> Option<Result<ExitCode>> {
-    let conn = steward_engine::store::open::open_read_only(&paths.database).ok()?;
-    let found = match doctor::quick_check(&conn) {
-        Ok(found) if found == "ok" => return None,
-        Ok(found) => found,
-        Err(e) if e.is_damage() => e.to_string(),
-        Err(_) => return None,
-    };
-    drop(conn);
-    Some(explain_damage(&paths.database, &found, json))
-}
-
+/// The report of a file the look before opening found sound with its whole-file
+/// check (`WholeFile::Always` in main.rs: a damaged file was explained as a refusal
+/// without ever being opened for writing).
 pub fn run(
     store: &Store,
     now_ms: i64,
     json: bool,
     config: &steward_engine::config::Config,
 ) -> Result<ExitCode> {
-    // `look_first` found the file sound.
     let report = match doctor::check_after(store.conn(), now_ms, "ok".into()) {
         Ok(report) => report,
         Err(e) if e.is_damage() => {

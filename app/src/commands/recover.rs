@@ -30,31 +30,39 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
             print_pass(&report);
         }
         if !no_wake {
-            let redrive = engine.redrive_wakes().await?;
-            report.wakes = redrive.report;
             if !ctx.config.recovery.auto_continue {
                 say!(
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
                 );
             }
-            for session in &redrive.sessions {
-                say!("continuing {session}…");
-            }
-            for session in &redrive.sessions {
-                let outcome = engine.wait_idle(session).await;
-                // Another process running the session (it took the wake first) is
-                // not a failure of the wake.
-                let ok = matches!(
-                    outcome,
-                    Some(
-                        SessionOutcome::Ran(Outcome::Idle | Outcome::Failed(_))
-                            | SessionOutcome::Busy { .. }
-                    )
-                );
-                if !ok {
-                    report.wakes.failed += 1;
+            // Until a look finds nothing to start. The background pass may take a
+            // claim — and leave its wake — after a look: before the last one it is
+            // stopped and what is due is taken here, so no wake this process made is
+            // left behind.
+            let mut stopped = false;
+            loop {
+                let redrive = engine.redrive_wakes().await?;
+                if redrive.sessions.is_empty() {
+                    if stopped {
+                        report.wakes.waiting = redrive.report.waiting;
+                        report.wakes.waiting_sessions = redrive.report.waiting_sessions;
+                        report.wakes.quarantined += redrive.report.quarantined;
+                        break;
+                    }
+                    engine.stop_background().await;
+                    stopped = true;
+                    if let Some(late) = engine.recover_if_due().await? {
+                        if !json {
+                            print_pass(&late);
+                        }
+                        report.absorb(late);
+                    }
+                    report.wakes.quarantined += redrive.report.quarantined;
+                    continue;
                 }
-                say!("{session}: {}", describe(outcome.as_ref()));
+                report.wakes.redriven += redrive.report.redriven;
+                report.wakes.quarantined += redrive.report.quarantined;
+                report.wakes.failed += wait_for(engine, &redrive.sessions).await;
             }
         }
         if json {
@@ -94,6 +102,32 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
         }
         Ok(ExitCode::SUCCESS)
     }))
+}
+
+/// Waits for each of `sessions` (just woken) to go idle, saying how each ended;
+/// returns how many did not finish.
+async fn wait_for(engine: &steward_engine::engine::Engine, sessions: &[String]) -> usize {
+    for session in sessions {
+        say!("continuing {session}…");
+    }
+    let mut failed = 0;
+    for session in sessions {
+        let outcome = engine.wait_idle(session).await;
+        // Another process running the session (it took the wake first) is not a
+        // failure of the wake.
+        let ok = matches!(
+            outcome,
+            Some(
+                SessionOutcome::Ran(Outcome::Idle | Outcome::Failed(_))
+                    | SessionOutcome::Busy { .. }
+            )
+        );
+        if !ok {
+            failed += 1;
+        }
+        say!("{session}: {}", describe(outcome.as_ref()));
+    }
+    failed
 }
 
 fn print_pass(report: &RecoveryReport) {

@@ -56,11 +56,29 @@ pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// writing meanwhile can make pages read in between disagree and a healthy file
 /// look corrupt. The second look sees its log and reads consistently.
 pub fn preflight(path: &Path, known: &[Migration]) -> Result<Preflight> {
+    preflight_with(path, known, WholeFile::IfDue)
+}
+
+/// When the look before opening runs the whole-file check (`PRAGMA quick_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WholeFile {
+    /// Where pages may have been torn ([`whole_file_check_due`]).
+    IfDue,
+    /// Always: `steward doctor`, which must find damage without opening the file
+    /// for writing (a read-write connection's close would copy the log into a
+    /// damaged file and remove it).
+    Always,
+    /// Never: it just ran, in this process.
+    Done,
+}
+
+/// [`preflight`], with the whole-file check as `whole` says.
+pub fn preflight_with(path: &Path, known: &[Migration], whole: WholeFile) -> Result<Preflight> {
     const LOOKS: usize = 3;
     let mut looks = 1;
     loop {
         let before = Fingerprint::of(path);
-        let verdict = preflight_once(path, known);
+        let verdict = preflight_once(path, known, whole);
         match verdict {
             Err(Error::DatabaseRefused { .. })
                 if looks < LOOKS && Fingerprint::of(path) != before =>
@@ -96,7 +114,7 @@ impl Fingerprint {
     }
 }
 
-fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
+fn preflight_once(path: &Path, known: &[Migration], whole: WholeFile) -> Result<Preflight> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Preflight::Absent),
@@ -113,7 +131,12 @@ fn preflight_once(path: &Path, known: &[Migration]) -> Result<Preflight> {
     }
     check_header(path, meta.len())?;
     let conn = open_read_only(path).map_err(|e| classify(path, e))?;
-    if whole_file_check_due(&conn, path) {
+    let check = match whole {
+        WholeFile::IfDue => whole_file_check_due(&conn, path),
+        WholeFile::Always => true,
+        WholeFile::Done => false,
+    };
+    if check {
         read_ahead(path);
         let quick: String = conn
             .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))

@@ -777,7 +777,8 @@ fn r2_9_the_data_directory_is_created_private_with_its_missing_parents() {
 
 /// A temporary a build left behind — a power cut after its link was synced, or a
 /// process that died while another linked first — is removed by the next open, not
-/// only by the next creation; one whose process still runs is left (protocol §2.9).
+/// only by the next creation; one whose process still runs, or that is younger than
+/// a build could take, is left (protocol §2.9).
 #[test]
 fn r2_9_a_dead_builds_temporary_is_removed_when_the_database_is_next_opened() {
     let root = tempfile::tempdir().unwrap();
@@ -789,8 +790,19 @@ fn r2_9_a_dead_builds_temporary_is_removed_when_the_database_is_next_opened() {
     let alive = root
         .path()
         .join(format!(".steward.db.creating-{}", std::process::id()));
-    for file in [&dead, &dead_log, &alive] {
+    let young = root.path().join(".steward.db.creating-4294968");
+    // A file last written in 2001.
+    let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    for file in [&dead, &dead_log, &alive, &young] {
         std::fs::write(file, b"half built").unwrap();
+        if file != &young {
+            std::fs::File::options()
+                .write(true)
+                .open(file)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
     }
     drop(Store::open(&path, &clock()).unwrap());
     assert!(
@@ -798,4 +810,8 @@ fn r2_9_a_dead_builds_temporary_is_removed_when_the_database_is_next_opened() {
         "the dead build's files stayed"
     );
     assert!(alive.exists(), "a running build's file was removed");
+    assert!(
+        young.exists(),
+        "a build that may still run elsewhere lost its file"
+    );
 }

@@ -62,7 +62,7 @@ pub fn preflight(path: &Path, known: &[Migration]) -> Result<Preflight> {
 /// When the look before opening runs the whole-file check (`PRAGMA quick_check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WholeFile {
-    /// Where pages may have been torn ([`whole_file_check_due`]).
+    /// Where pages may have been torn (`whole_file_check_due`).
     IfDue,
     /// Always: `steward doctor`, which must find damage without opening the file
     /// for writing (a read-write connection's close would copy the log into a

@@ -431,8 +431,10 @@ fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
         "slow.toml",
         &"[[step]]\ntext = [\"a \", \"b \", \"c \", \"d\"]\ndelay_ms = 700\n".repeat(8),
     );
-    let config = env.root.path().join("config.toml");
-    std::fs::write(&config, "[lease]\nlease_ms = 1500\n").unwrap();
+    // B's lease is short; `recover` keeps the default (30 s), so its own claims
+    // outlast a loaded machine's pauses.
+    let short = env.root.path().join("short-lease.toml");
+    std::fs::write(&short, "[lease]\nlease_ms = 1500\n").unwrap();
     let model = Path::new(&script)
         .file_stem()
         .unwrap()
@@ -452,10 +454,7 @@ fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
     assert!(fixture.status.success(), "{}", stderr(&fixture));
     let steward = |args: &[&str]| {
         let mut cmd = env.cmd();
-        cmd.arg("--config")
-            .arg(&config)
-            .args(["--script", &script])
-            .args(args);
+        cmd.args(["--script", &script]).args(args);
         cmd
     };
     let inspect = || -> Value {
@@ -463,7 +462,8 @@ fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
         serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null)
     };
     // B's launch reconciles A (its owner is dead); A's wake waits for `recover`.
-    let mut b = steward(&["run", "--yes", "--dir", &work, "B's prompt"])
+    let mut b = steward(&["--config", short.to_str().unwrap()])
+        .args(["run", "--yes", "--dir", &work, "B's prompt"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -488,15 +488,109 @@ fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
         "B never claimed its session: {}",
         inspect()
     );
-    signal(b.id(), "STOP");
+    // Stopped outside a write (a heartbeat's transaction would hold the file).
+    let writable = || {
+        let conn = rusqlite::Connection::open_with_flags(
+            env.db(),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
+        )
+        .unwrap();
+        conn.busy_timeout(Duration::from_millis(100)).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            signal(b.id(), "STOP");
+            writable() || {
+                signal(b.id(), "CONT");
+                false
+            }
+        }),
+        "B was always mid-write"
+    );
+    let b_session = inspect()["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["state"] == "live")
+        .map(|c| c["session_id"].clone())
+        .unwrap();
     let recover = steward(&["recover", "--json"]).output().unwrap();
     signal(b.id(), "KILL");
     b.wait().unwrap();
     assert_eq!(code(&recover), 0, "{}", stderr(&recover));
     let report: Value = serde_json::from_str(&stdout(&recover)).unwrap();
     assert_eq!(report["wakes"]["redriven"], 2, "{report}");
+    // The late pass's row is in the report with the first pass's.
+    let recovered: Vec<&Value> = report["recovered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["session_id"])
+        .collect();
+    assert_eq!(recovered, vec![&b_session], "{report}");
     let after = steward(&["inspect", "--json"]).output().unwrap();
     let seen: Value = serde_json::from_str(&stdout(&after)).unwrap();
     assert_eq!(seen["wakes"], serde_json::json!([]), "{seen}");
     assert_eq!(seen["claims"], serde_json::json!([]), "{seen}");
+}
+
+/// A wake whose session another process holds is tried once: `recover` reports it
+/// and ends, leaving the wake for the holder or the next launch (protocol §5.7),
+/// instead of waking it again and again while the holder lives.
+#[test]
+fn r5_7_recover_tries_a_held_sessions_wake_once_and_ends() {
+    let env = Env::new();
+    let work = work_dir(&env);
+    std::fs::create_dir_all(&env.data).unwrap();
+    let script = write_script(&env, "quick.toml", "[[step]]\ntext = [\"Carried on.\"]\n");
+    let fixture = std::process::Command::new(crate::support::helper_bin())
+        .args([
+            "interrupted",
+            env.data.to_str().unwrap(),
+            "1",
+            &work,
+            "quick",
+        ])
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(fixture.status.success(), "{}", stderr(&fixture));
+    let left = env.run(&["--script", &script, "recover", "--no-wake"]);
+    assert_eq!(code(&left), 0, "{}", stderr(&left));
+    let seen: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    let session = seen["wakes"][0]["session_id"].as_str().unwrap().to_string();
+    let mut holder = std::process::Command::new(crate::support::helper_bin())
+        .args(["hold-claim", env.data.to_str().unwrap(), &session, "3000"])
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("holding"), "{line}");
+    let mut recover = env
+        .cmd()
+        .args(["--script", &script, "recover", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = eventually(Duration::from_secs(20), || {
+        recover.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        recover.kill().unwrap();
+    }
+    let output = recover.wait_with_output().unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(ended, "recover never ended: {}", stderr(&output).len());
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["wakes"]["redriven"], 1, "{report}");
 }

@@ -297,6 +297,24 @@ impl Engine {
         .await
     }
 
+    /// [`Engine::redrive_wakes`] for the sessions not in `woken`: what `steward
+    /// recover` calls again after the sessions it woke went idle, so a wake that
+    /// stays pending (its session held elsewhere, quarantined) is tried once.
+    pub async fn redrive_wakes_except(
+        &self,
+        woken: &std::collections::BTreeSet<String>,
+    ) -> Result<Redrive> {
+        let woken = woken.clone();
+        let only: SessionFilter = Arc::new(move |s: &str| !woken.contains(s));
+        background::redrive(
+            &self.services.db,
+            &self.coordinator,
+            self.services.config.recovery.auto_continue,
+            Some(&only),
+        )
+        .await
+    }
+
     /// [`Engine::redrive_wakes`] for one session: what a front end calls when its
     /// user opens a session that has a wake waiting.
     pub async fn redrive_wakes_of(&self, session_id: &str) -> Result<Redrive> {

@@ -253,10 +253,22 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
-    /// Adds what a later pass of the same process did: its rows join these; what it
-    /// still left to a live owner replaces what the earlier pass left.
+    /// The claims this pass took one way or another (recovered, quarantined,
+    /// discarded, superseded).
+    pub fn moved(&self) -> usize {
+        self.recovered.len()
+            + self.quarantined.len()
+            + self.discarded_safe
+            + self.discarded_empty
+            + self.superseded
+    }
+
+    /// Adds what a later pass of the same process did: its rows join these, and
+    /// what it still left to a live owner replaces what the earlier pass left. The
+    /// claims the earlier pass skipped as live are scanned again by the later one:
+    /// they count once in `scanned`.
     pub fn absorb(&mut self, later: RecoveryReport) {
-        self.scanned += later.scanned;
+        self.scanned = self.scanned.saturating_sub(self.skipped_live) + later.scanned;
         self.recovered.extend(later.recovered);
         self.discarded_safe += later.discarded_safe;
         self.discarded_empty += later.discarded_empty;
@@ -264,7 +276,11 @@ impl RecoveryReport {
         self.skipped_live = later.skipped_live;
         self.quarantined.extend(later.quarantined);
         self.batches += later.batches;
-        self.dead_owners.extend(later.dead_owners);
+        for owner in later.dead_owners {
+            if !self.dead_owners.contains(&owner) {
+                self.dead_owners.push(owner);
+            }
+        }
         self.duration_ms += later.duration_ms;
     }
 }

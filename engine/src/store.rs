@@ -281,15 +281,14 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
     }
     sync_dir(dir).map_err(|e| access(dir, e.to_string()))?;
     // The directory's own name, too, and its parents' as far as this user may open
-    // them: the process that created them may have died before its syncs
-    // (`create_dir_synced`), and this one found them already there.
-    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let mut ancestors = absolute.ancestors().skip(1);
-    if let Some(parent) = ancestors.next() {
-        sync_dir(parent).map_err(|e| access(parent, e.to_string()))?;
-    }
-    for ancestor in ancestors {
-        let _ = sync_dir(ancestor);
+    // them (through symlinks: the real ones): the process that created them may
+    // have died before its syncs (`create_dir_synced`), and this one found them
+    // already there.
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for ancestor in real.ancestors().skip(1) {
+        if let Err(e) = sync_dir(ancestor) {
+            tracing::debug!(dir = %ancestor.display(), error = %e, "cannot sync a parent of the data directory");
+        }
     }
     Ok(())
 }

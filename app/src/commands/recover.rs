@@ -1,14 +1,15 @@
-//! `steward recover [--json] [--no-wake]`: one recovery pass now; then the durable
-//! wakes it finds are redriven and their sessions run until idle (progress on
-//! stderr), unless `--no-wake`; then the report. Exit 1 when the pass failed (a full
-//! disk) or a woken session did not finish.
+//! `steward recover [--json] [--no-wake]`: a recovery pass now; then, unless
+//! `--no-wake`, the durable wakes it finds are redriven and their sessions run until
+//! idle (progress on stderr), another pass takes what expired or lost its owner
+//! meanwhile, and its wakes run too — each session woken once — until a round
+//! starts nothing and takes nothing; then the report, every pass's rows in it. Exit
+//! 1 when a pass failed (a full disk) or a woken session did not finish.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Result;
 use steward_engine::coordinator::SessionOutcome;
-use steward_engine::engine::Redriving;
 use steward_engine::message::{EXECUTION_INTERRUPTED_BY_RESTART, PROVIDER_OUTCOME_UNKNOWN};
 use steward_engine::phase::Phase;
 use steward_engine::recovery::RecoveryReport;
@@ -24,8 +25,6 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
     let permission = Arc::new(Headless { allow_all: false });
     runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
-        // Claims that expire while the woken sessions run are reconciled on a timer.
-        engine.start_background(Redriving::Nothing);
         if !json {
             print_pass(&report);
         }
@@ -35,34 +34,33 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
                 );
             }
-            // Until a look finds nothing to start. The background pass may take a
-            // claim — and leave its wake — after a look: before the last one it is
-            // stopped and what is due is taken here, so no wake this process made is
-            // left behind.
-            let mut stopped = false;
+            // Rounds: wake what is due (each session once: a wake that stays pending,
+            // its session held elsewhere, is not tried again), wait for it, then
+            // take what expired or lost its owner meanwhile — so no wake this
+            // process made is left behind.
+            let mut woken = std::collections::BTreeSet::new();
             loop {
-                let redrive = engine.redrive_wakes().await?;
-                if redrive.sessions.is_empty() {
-                    if stopped {
-                        report.wakes.waiting = redrive.report.waiting;
-                        report.wakes.waiting_sessions = redrive.report.waiting_sessions;
-                        report.wakes.quarantined += redrive.report.quarantined;
-                        break;
-                    }
-                    engine.stop_background().await;
-                    stopped = true;
-                    if let Some(late) = engine.recover_if_due().await? {
+                let redrive = engine.redrive_wakes_except(&woken).await?;
+                report.wakes.redriven += redrive.report.redriven;
+                report.wakes.quarantined += redrive.report.quarantined;
+                report.wakes.waiting = redrive.report.waiting;
+                report.wakes.waiting_sessions = redrive.report.waiting_sessions;
+                report.wakes.failed += wait_for(engine, &redrive.sessions).await;
+                let started = !redrive.sessions.is_empty();
+                woken.extend(redrive.sessions);
+                let took = match engine.recover_if_due().await? {
+                    Some(late) if late.moved() > 0 => {
                         if !json {
                             print_pass(&late);
                         }
                         report.absorb(late);
+                        true
                     }
-                    report.wakes.quarantined += redrive.report.quarantined;
-                    continue;
+                    _ => false,
+                };
+                if !started && !took {
+                    break;
                 }
-                report.wakes.redriven += redrive.report.redriven;
-                report.wakes.quarantined += redrive.report.quarantined;
-                report.wakes.failed += wait_for(engine, &redrive.sessions).await;
             }
         }
         if json {

@@ -226,12 +226,7 @@ impl Loop {
             let report = self.recoverer.pass().await?;
             // Due, yet nothing could be taken (every row raced or was held): not a
             // reason to look again at once.
-            let moved = report.recovered.len()
-                + report.quarantined.len()
-                + report.discarded_safe
-                + report.discarded_empty
-                + report.superseded;
-            if report.scanned > 0 && moved == 0 {
+            if report.scanned > 0 && report.moved() == 0 {
                 return Err(crate::Error::Invalid(format!(
                     "a recovery pass found {} claims due and could take none",
                     report.scanned

@@ -90,7 +90,8 @@ pub fn preflight_with(path: &Path, known: &[Migration], whole: WholeFile) -> Res
     }
 }
 
-/// What changes when anyone writes the database or its log.
+/// What changes when anyone writes the database or its log. Not the `-shm` index,
+/// which readers write too (the look itself among them).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Fingerprint(Vec<Option<(u64, u64, i64, i64)>>);
 
@@ -98,18 +99,14 @@ impl Fingerprint {
     pub(crate) fn of(path: &Path) -> Fingerprint {
         use std::os::unix::fs::MetadataExt;
         Fingerprint(
-            [
-                path.to_path_buf(),
-                sidecar(path, "-wal"),
-                sidecar(path, "-shm"),
-            ]
-            .iter()
-            .map(|p| {
-                std::fs::metadata(p)
-                    .ok()
-                    .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
-            })
-            .collect(),
+            [path.to_path_buf(), sidecar(path, "-wal")]
+                .iter()
+                .map(|p| {
+                    std::fs::metadata(p)
+                        .ok()
+                        .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
+                })
+                .collect(),
         )
     }
 }

@@ -332,7 +332,13 @@ impl Scenario {
         tally.check(
             &format!("{label}: no claim or wake left"),
             snapshot["claims"] == Value::Array(vec![]) && snapshot["wakes"] == Value::Array(vec![]),
-            || snapshot.to_string(),
+            || {
+                format!(
+                    "{snapshot}\nthe relaunch said: {}{}",
+                    stdout(&relaunch),
+                    stderr(&relaunch)
+                )
+            },
         );
         let users = self.user_texts();
         for (prompt, must) in expected_prompts {
@@ -660,7 +666,13 @@ fn torture_once(
     // `fork`) until it execs or dies with its parent: recovery proves the owner dead
     // only once it is gone, so the relaunch waits for what it does not test.
     let owners = scenario.env.data.join("owners");
-    eventually(Duration::from_secs(10), || holding(&owners).is_empty());
+    if !eventually(Duration::from_secs(60), || holding(&owners).is_empty()) {
+        eprintln!(
+            "{}: owner locks still held after 60 s by {:?}",
+            scenario.label,
+            holding(&owners)
+        );
+    }
     acknowledged
 }
 

@@ -594,3 +594,73 @@ fn r5_7_recover_tries_a_held_sessions_wake_once_and_ends() {
     let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(report["wakes"]["redriven"], 1, "{report}");
 }
+
+/// A wake `recover` found held by another process is tried again once a later pass
+/// of its own takes that process's claim (its holder died while another woken
+/// session ran): no wake is left behind (protocol §5.7).
+#[test]
+fn r5_7_recover_retries_a_held_sessions_wake_once_its_holder_is_gone() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let work = work_dir(&env);
+    std::fs::create_dir_all(&env.data).unwrap();
+    // Each continuation streams for about 2.8 s.
+    let script = write_script(
+        &env,
+        "slow.toml",
+        &"[[step]]\ntext = [\"a \", \"b \", \"c \", \"d\"]\ndelay_ms = 700\n".repeat(8),
+    );
+    let fixture = std::process::Command::new(crate::support::helper_bin())
+        .args([
+            "interrupted",
+            env.data.to_str().unwrap(),
+            "2",
+            &work,
+            "slow",
+        ])
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(fixture.status.success(), "{}", stderr(&fixture));
+    let left = env.run(&["--script", &script, "recover", "--no-wake"]);
+    assert_eq!(code(&left), 0, "{}", stderr(&left));
+    let seen: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    let held = seen["wakes"][0]["session_id"].as_str().unwrap().to_string();
+    let mut holder = std::process::Command::new(crate::support::helper_bin())
+        .args(["hold-claim", env.data.to_str().unwrap(), &held, "30000"])
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("holding"), "{line}");
+    let mut recover = env
+        .cmd()
+        .args(["--script", &script, "recover", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The held session is tried first and found busy; the other one runs on.
+    let mut progress = std::io::BufReader::new(recover.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.starts_with(&format!("{held}: ")) {
+        said.clear();
+        assert!(
+            progress.read_line(&mut said).unwrap() > 0,
+            "recover ended early"
+        );
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut progress, &mut std::io::sink()));
+    let output = recover.wait_with_output().unwrap();
+    assert_eq!(code(&output), 0);
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let after: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    assert_eq!(after["wakes"], serde_json::json!([]), "{report}\n{after}");
+    assert_eq!(after["claims"], serde_json::json!([]), "{report}\n{after}");
+}

@@ -115,8 +115,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One recovery pass now; then the durable wakes it finds are redriven and their
-    /// sessions run until idle (unless --no-wake). Prints the report.
+    /// A recovery pass now; then (unless --no-wake) the durable wakes it finds are
+    /// redriven and their sessions run until idle, and another pass takes what
+    /// expired or lost its owner meanwhile, its wakes run too, until a round finds
+    /// nothing. Prints the report.
     Recover {
         /// Print the report as JSON.
         #[arg(long)]

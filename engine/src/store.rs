@@ -285,9 +285,13 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
     // have died before its syncs (`create_dir_synced`), and this one found them
     // already there.
     let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    for ancestor in real.ancestors().skip(1) {
-        if let Err(e) = sync_dir(ancestor) {
-            tracing::debug!(dir = %ancestor.display(), error = %e, "cannot sync a parent of the data directory");
+    for (i, ancestor) in real.ancestors().skip(1).enumerate() {
+        match sync_dir(ancestor) {
+            Ok(()) => {}
+            // A parent this user may not open cannot be synced by it.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+            Err(e) if i == 0 => return Err(access(ancestor, e.to_string())),
+            Err(_) => {}
         }
     }
     Ok(())

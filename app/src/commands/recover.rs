@@ -25,6 +25,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
     let permission = Arc::new(Headless { allow_all: false });
     runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
+        let mut round_failed = false;
         if !json {
             print_pass(&report);
         }
@@ -34,32 +35,49 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
                 );
             }
-            // Rounds: wake what is due (each session once: a wake that stays pending,
-            // its session held elsewhere, is not tried again), wait for it, then
-            // take what expired or lost its owner meanwhile — so no wake this
-            // process made is left behind.
-            let mut woken = std::collections::BTreeSet::new();
+            // Rounds: wake what is due, wait for it, then take what expired or lost
+            // its owner meanwhile, until a round runs nothing and takes nothing. A
+            // session whose wake ran here is not woken again; one another process
+            // held is tried again in a later round (its holder may have died), but
+            // never keeps the rounds going by itself.
+            let mut ran = std::collections::BTreeSet::new();
             loop {
-                let redrive = engine.redrive_wakes_except(&woken).await?;
-                report.wakes.redriven += redrive.report.redriven;
-                report.wakes.quarantined += redrive.report.quarantined;
-                report.wakes.waiting = redrive.report.waiting;
-                report.wakes.waiting_sessions = redrive.report.waiting_sessions;
-                report.wakes.failed += wait_for(engine, &redrive.sessions).await;
-                let started = !redrive.sessions.is_empty();
-                woken.extend(redrive.sessions);
-                let took = match engine.recover_if_due().await? {
-                    Some(late) if late.moved() > 0 => {
-                        if !json {
-                            print_pass(&late);
+                let round = async {
+                    let redrive = engine.redrive_wakes_except(&ran).await?;
+                    report.wakes.redriven += redrive.report.redriven;
+                    report.wakes.quarantined += redrive.report.quarantined;
+                    report.wakes.waiting = redrive.report.waiting;
+                    report.wakes.waiting_sessions = redrive.report.waiting_sessions;
+                    let (failed, here) = wait_for(engine, &redrive.sessions).await;
+                    report.wakes.failed += failed;
+                    let progressed = !here.is_empty();
+                    ran.extend(here);
+                    let took = match engine.recover_if_due().await? {
+                        Some(late) if late.moved() > 0 => {
+                            if !json {
+                                print_pass(&late);
+                            }
+                            report.absorb(late);
+                            true
                         }
-                        report.absorb(late);
-                        true
-                    }
-                    _ => false,
+                        Some(late) => {
+                            report.skipped_live = late.skipped_live;
+                            false
+                        }
+                        None => false,
+                    };
+                    anyhow::Ok(progressed || took)
                 };
-                if !started && !took {
-                    break;
+                match round.await {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    // A later round failed (a full disk): the report so far is
+                    // still printed, and the exit code says so.
+                    Err(e) => {
+                        say!("steward: {e:#}");
+                        round_failed = true;
+                        break;
+                    }
                 }
             }
         }
@@ -88,6 +106,9 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 }
             }
         }
+        if round_failed {
+            return Ok(ExitCode::FAILURE);
+        }
         // A wake that did not run to its end (a full disk, a session held
         // elsewhere) stays pending: say so in the exit code too.
         if report.wakes.failed > 0 {
@@ -103,14 +124,22 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
 }
 
 /// Waits for each of `sessions` (just woken) to go idle, saying how each ended;
-/// returns how many did not finish.
-async fn wait_for(engine: &steward_engine::engine::Engine, sessions: &[String]) -> usize {
+/// returns how many did not finish, and those that ran here (not held by another
+/// process).
+async fn wait_for(
+    engine: &steward_engine::engine::Engine,
+    sessions: &[String],
+) -> (usize, Vec<String>) {
     for session in sessions {
         say!("continuing {session}…");
     }
     let mut failed = 0;
+    let mut here = Vec::new();
     for session in sessions {
         let outcome = engine.wait_idle(session).await;
+        if !matches!(outcome, Some(SessionOutcome::Busy { .. })) {
+            here.push(session.clone());
+        }
         // Another process running the session (it took the wake first) is not a
         // failure of the wake.
         let ok = matches!(
@@ -125,7 +154,7 @@ async fn wait_for(engine: &steward_engine::engine::Engine, sessions: &[String]) 
         }
         say!("{session}: {}", describe(outcome.as_ref()));
     }
-    failed
+    (failed, here)
 }
 
 fn print_pass(report: &RecoveryReport) {

@@ -297,15 +297,15 @@ impl Engine {
         .await
     }
 
-    /// [`Engine::redrive_wakes`] for the sessions not in `woken`: what `steward
-    /// recover` calls again after the sessions it woke went idle, so a wake that
-    /// stays pending (its session held elsewhere, quarantined) is tried once.
+    /// [`Engine::redrive_wakes`] for the sessions not in `ran`: what `steward
+    /// recover` calls in each round, leaving out the sessions whose wakes already
+    /// ran in an earlier one.
     pub async fn redrive_wakes_except(
         &self,
-        woken: &std::collections::BTreeSet<String>,
+        ran: &std::collections::BTreeSet<String>,
     ) -> Result<Redrive> {
-        let woken = woken.clone();
-        let only: SessionFilter = Arc::new(move |s: &str| !woken.contains(s));
+        let ran = ran.clone();
+        let only: SessionFilter = Arc::new(move |s: &str| !ran.contains(s));
         background::redrive(
             &self.services.db,
             &self.coordinator,

@@ -268,6 +268,29 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         }
         return Err(e);
     }
+    // The data directory's own name, and its parents', as far as they can be
+    // synced (through symlinks: the real ones): the process that created them may
+    // have died before its syncs (`create_dir_synced`), and this one found them
+    // already there. Before the link, so a failure leaves no database behind.
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for (i, ancestor) in real.ancestors().skip(1).enumerate() {
+        use std::io::ErrorKind::*;
+        match sync_dir(ancestor) {
+            Ok(()) => {}
+            // A parent this user may not open, or whose file system does not sync
+            // directories (a read-only or squashed one under a mount point).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    PermissionDenied | InvalidInput | Unsupported | ReadOnlyFilesystem
+                ) => {}
+            Err(e) if i == 0 => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(access(ancestor, e.to_string()));
+            }
+            Err(_) => {}
+        }
+    }
     // SQLite synced the temporary file when it closed; the link is only a name
     // until its directory is synced (protocol §2.9).
     let linked = std::fs::hard_link(&temp, path);
@@ -279,22 +302,7 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(access(path, e.to_string())),
     }
-    sync_dir(dir).map_err(|e| access(dir, e.to_string()))?;
-    // The directory's own name, too, and its parents' as far as this user may open
-    // them (through symlinks: the real ones): the process that created them may
-    // have died before its syncs (`create_dir_synced`), and this one found them
-    // already there.
-    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    for (i, ancestor) in real.ancestors().skip(1).enumerate() {
-        match sync_dir(ancestor) {
-            Ok(()) => {}
-            // A parent this user may not open cannot be synced by it.
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
-            Err(e) if i == 0 => return Err(access(ancestor, e.to_string())),
-            Err(_) => {}
-        }
-    }
-    Ok(())
+    sync_dir(dir).map_err(|e| access(dir, e.to_string()))
 }
 
 /// Makes the names in `dir` durable: the entries created, linked, renamed or

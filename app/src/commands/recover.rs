@@ -1,9 +1,13 @@
 //! `steward recover [--json] [--no-wake]`: a recovery pass now; then, unless
-//! `--no-wake`, the durable wakes it finds are redriven and their sessions run until
-//! idle (progress on stderr), another pass takes what expired or lost its owner
-//! meanwhile, and its wakes run too — each session woken once — until a round
-//! starts nothing and takes nothing; then the report, every pass's rows in it. Exit
-//! 1 when a pass failed (a full disk) or a woken session did not finish.
+//! `--no-wake`, rounds: the durable wakes it finds are redriven and their sessions
+//! run until idle (progress on stderr), then another pass takes what expired or
+//! lost its owner meanwhile, and the next round runs its wakes — until a round runs
+//! nothing and takes nothing. A session whose wake ran here is woken again only when
+//! a later pass recovered it again; one another process holds is tried in each
+//! round but does not keep the rounds going (its wake is the holder's, or the next
+//! launch's). Then the report, with every pass this command ran in it. Exit 1 when a
+//! woken session did not finish; a round that fails (a full disk) prints the report
+//! so far and exits as its error says.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,7 +29,7 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
     let permission = Arc::new(Headless { allow_all: false });
     runtime()?.block_on(ctx.with_engine(store, permission, async |engine| {
         let mut report = engine.recover().await?;
-        let mut round_failed = false;
+        let mut round_failed: Option<anyhow::Error> = None;
         if !json {
             print_pass(&report);
         }
@@ -35,11 +39,9 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                     "recovery.auto_continue is off: recovered sessions wait for `steward wake EXECUTION_ID`"
                 );
             }
-            // Rounds: wake what is due, wait for it, then take what expired or lost
-            // its owner meanwhile, until a round runs nothing and takes nothing. A
-            // session whose wake ran here is not woken again; one another process
-            // held is tried again in a later round (its holder may have died), but
-            // never keeps the rounds going by itself.
+            // Rounds (see the top of the file). Each round that goes on has run a
+            // session not run before, or taken a claim from another process: the
+            // rounds end.
             let mut ran = std::collections::BTreeSet::new();
             loop {
                 let round = async {
@@ -53,16 +55,18 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                     let progressed = !here.is_empty();
                     ran.extend(here);
                     let took = match engine.recover_if_due().await? {
-                        Some(late) if late.moved() > 0 => {
-                            if !json {
+                        Some(late) => {
+                            let took = late.moved() > 0;
+                            if took && !json {
                                 print_pass(&late);
                             }
+                            // A session recovered again has a new wake: it runs
+                            // in the next round, even if it ran here before.
+                            for r in &late.recovered {
+                                ran.remove(&r.session_id);
+                            }
                             report.absorb(late);
-                            true
-                        }
-                        Some(late) => {
-                            report.skipped_live = late.skipped_live;
-                            false
+                            took
                         }
                         None => false,
                     };
@@ -71,11 +75,10 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 match round.await {
                     Ok(true) => {}
                     Ok(false) => break,
-                    // A later round failed (a full disk): the report so far is
-                    // still printed, and the exit code says so.
+                    // A round failed (a full disk): the report so far is still
+                    // printed, then the error, with its exit code.
                     Err(e) => {
-                        say!("steward: {e:#}");
-                        round_failed = true;
+                        round_failed = Some(e);
                         break;
                     }
                 }
@@ -106,17 +109,20 @@ pub fn run(ctx: &Context, store: Store, json: bool, no_wake: bool) -> Result<Exi
                 }
             }
         }
-        if round_failed {
-            return Ok(ExitCode::FAILURE);
-        }
-        // A wake that did not run to its end (a full disk, a session held
-        // elsewhere) stays pending: say so in the exit code too.
+        // A wake that did not run to its end (a full disk, a lost claim) stays
+        // pending: say so in the exit code too. A session another process holds is
+        // not such a failure.
         if report.wakes.failed > 0 {
             say!(
                 "steward: {} woken session{} did not finish (see above)",
                 report.wakes.failed,
                 if report.wakes.failed == 1 { "" } else { "s" },
             );
+        }
+        if let Some(e) = round_failed {
+            return Err(e);
+        }
+        if report.wakes.failed > 0 {
             return Ok(ExitCode::FAILURE);
         }
         Ok(ExitCode::SUCCESS)

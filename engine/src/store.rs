@@ -268,14 +268,15 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
         }
         return Err(e);
     }
-    // The data directory's own name, and its parents', as far as they can be
-    // synced (through symlinks: the real ones): the process that created them may
-    // have died before its syncs (`create_dir_synced`), and this one found them
-    // already there. Before the link, so a failure leaves no database behind.
+    // The data directory's own name (its real parent, through symlinks): the
+    // process that created it may have died before its sync (`create_dir_synced`),
+    // and this one found it already there. Before the link, so a failure leaves no
+    // database behind. Only this one level: the parents above it were synced by
+    // whoever created them, unless that process died in the same instant.
     let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    for (i, ancestor) in real.ancestors().skip(1).enumerate() {
+    if let Some(parent) = real.parent() {
         use std::io::ErrorKind::*;
-        match sync_dir(ancestor) {
+        match sync_dir(parent) {
             Ok(()) => {}
             // A parent this user may not open, or whose file system does not sync
             // directories (a read-only or squashed one under a mount point).
@@ -284,11 +285,10 @@ fn create(path: &Path, known: &[Migration], clock: &dyn Clock) -> Result<()> {
                     e.kind(),
                     PermissionDenied | InvalidInput | Unsupported | ReadOnlyFilesystem
                 ) => {}
-            Err(e) if i == 0 => {
+            Err(e) => {
                 let _ = std::fs::remove_file(&temp);
-                return Err(access(ancestor, e.to_string()));
+                return Err(access(parent, e.to_string()));
             }
-            Err(_) => {}
         }
     }
     // SQLite synced the temporary file when it closed; the link is only a name

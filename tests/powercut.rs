@@ -383,11 +383,18 @@ impl Recording {
         }
     }
 
+    /// The recorder's environment, for a process started by other means.
+    fn preload(&self) -> [(&'static str, String); 3] {
+        [
+            ("LD_PRELOAD", shim().display().to_string()),
+            ("POWERCUT_WATCH", self.env.data.display().to_string()),
+            ("POWERCUT_LOG", self.log.display().to_string()),
+        ]
+    }
+
     /// `cmd` with the recorder preloaded.
     fn record<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        cmd.env("LD_PRELOAD", shim())
-            .env("POWERCUT_WATCH", &self.env.data)
-            .env("POWERCUT_LOG", &self.log)
+        cmd.envs(self.preload())
     }
 
     /// Operations logged so far.
@@ -1301,14 +1308,8 @@ fn an_acp_turn() -> Recording {
     let script = write(&env, "script.toml", TURN_SCRIPT);
     let config = write(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
     let mut rec = Recording::new("ACP turn", env);
-    let shim = shim().display().to_string();
-    let watch = rec.env.data.display().to_string();
-    let log = rec.log.display().to_string();
-    let vars = [
-        ("LD_PRELOAD", shim.as_str()),
-        ("POWERCUT_WATCH", watch.as_str()),
-        ("POWERCUT_LOG", log.as_str()),
-    ];
+    let preload = rec.preload();
+    let vars: Vec<(&str, &str)> = preload.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut client = Driver::spawn_with(
         &rec.env,
         &argv(&rec.env, &script, Some(Path::new(&config))),
@@ -1346,14 +1347,8 @@ fn tui_turns() -> Recording {
     let script = write(&env, "script.toml", TURN_SCRIPT);
     let config = write(&env, "config.toml", "[tools]\nallow = [\"run_command\"]\n");
     let mut rec = Recording::new("terminal interface turns", env);
-    let shim = shim().display().to_string();
-    let watch = rec.env.data.display().to_string();
-    let log = rec.log.display().to_string();
-    let vars = [
-        ("LD_PRELOAD", shim.as_str()),
-        ("POWERCUT_WATCH", watch.as_str()),
-        ("POWERCUT_LOG", log.as_str()),
-    ];
+    let preload = rec.preload();
+    let vars: Vec<(&str, &str)> = preload.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let limit = std::time::Duration::from_secs(20);
     let mut tui = Tui::start_with(
         &rec.env,

@@ -535,6 +535,53 @@ fn r5_7_recover_continues_a_claim_that_expired_while_its_woken_sessions_ran() {
     assert_eq!(seen["claims"], serde_json::json!([]), "{seen}");
 }
 
+/// `n` interrupted sessions on `model`, their wakes left pending (`recover
+/// --no-wake`), and a helper process holding the first wake's session with a
+/// `lease_ms` lease: that session and the holder.
+fn a_held_wake(
+    env: &Env,
+    work: &str,
+    script: &str,
+    model: &str,
+    n: usize,
+    lease_ms: u64,
+) -> (String, Child) {
+    use std::io::BufRead;
+    let fixture = std::process::Command::new(crate::support::helper_bin())
+        .args([
+            "interrupted",
+            env.data.to_str().unwrap(),
+            &n.to_string(),
+            work,
+            model,
+        ])
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    assert!(fixture.status.success(), "{}", stderr(&fixture));
+    let left = env.run(&["--script", script, "recover", "--no-wake"]);
+    assert_eq!(code(&left), 0, "{}", stderr(&left));
+    let seen: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
+    let session = seen["wakes"][0]["session_id"].as_str().unwrap().to_string();
+    let mut holder = std::process::Command::new(crate::support::helper_bin())
+        .args([
+            "hold-claim",
+            env.data.to_str().unwrap(),
+            &session,
+            &lease_ms.to_string(),
+        ])
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("holding"), "{line}");
+    (session, holder)
+}
+
 /// A wake whose session another process holds is tried once: `recover` reports it
 /// and ends, leaving the wake for the holder or the next launch (protocol §5.7),
 /// instead of waking it again and again while the holder lives.
@@ -544,35 +591,7 @@ fn r5_7_recover_tries_a_held_sessions_wake_once_and_ends() {
     let work = work_dir(&env);
     std::fs::create_dir_all(&env.data).unwrap();
     let script = write_script(&env, "quick.toml", "[[step]]\ntext = [\"Carried on.\"]\n");
-    let fixture = std::process::Command::new(crate::support::helper_bin())
-        .args([
-            "interrupted",
-            env.data.to_str().unwrap(),
-            "1",
-            &work,
-            "quick",
-        ])
-        .env_remove("FAILPOINTS")
-        .output()
-        .unwrap();
-    assert!(fixture.status.success(), "{}", stderr(&fixture));
-    let left = env.run(&["--script", &script, "recover", "--no-wake"]);
-    assert_eq!(code(&left), 0, "{}", stderr(&left));
-    let seen: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
-    let session = seen["wakes"][0]["session_id"].as_str().unwrap().to_string();
-    let mut holder = std::process::Command::new(crate::support::helper_bin())
-        .args(["hold-claim", env.data.to_str().unwrap(), &session, "3000"])
-        .env_remove("FAILPOINTS")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert!(line.starts_with("holding"), "{line}");
+    let (_, mut holder) = a_held_wake(&env, &work, &script, "quick", 1, 3000);
     let mut recover = env
         .cmd()
         .args(["--script", &script, "recover", "--json"])
@@ -610,33 +629,7 @@ fn r5_7_recover_retries_a_held_sessions_wake_once_its_holder_is_gone() {
         "slow.toml",
         &"[[step]]\ntext = [\"a \", \"b \", \"c \", \"d\"]\ndelay_ms = 700\n".repeat(8),
     );
-    let fixture = std::process::Command::new(crate::support::helper_bin())
-        .args([
-            "interrupted",
-            env.data.to_str().unwrap(),
-            "2",
-            &work,
-            "slow",
-        ])
-        .env_remove("FAILPOINTS")
-        .output()
-        .unwrap();
-    assert!(fixture.status.success(), "{}", stderr(&fixture));
-    let left = env.run(&["--script", &script, "recover", "--no-wake"]);
-    assert_eq!(code(&left), 0, "{}", stderr(&left));
-    let seen: Value = serde_json::from_str(&stdout(&env.run(&["inspect", "--json"]))).unwrap();
-    let held = seen["wakes"][0]["session_id"].as_str().unwrap().to_string();
-    let mut holder = std::process::Command::new(crate::support::helper_bin())
-        .args(["hold-claim", env.data.to_str().unwrap(), &held, "30000"])
-        .env_remove("FAILPOINTS")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("holding"), "{line}");
+    let (held, mut holder) = a_held_wake(&env, &work, &script, "slow", 2, 30000);
     let mut recover = env
         .cmd()
         .args(["--script", &script, "recover", "--json"])
